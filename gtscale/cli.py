@@ -1,0 +1,73 @@
+"""`gtscale` command line: dispatches to one module per subcommand.
+
+Each subcommand module defines ``add_arguments(parser)`` and ``run(args) -> int``. Modules are
+imported only when their command runs, so `gtscale inspect` does not pay for importing DeepSpeed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from gtscale.errors import EXIT_USER_ERROR, UserError
+
+#: command → (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "shard": ("gtscale.shards.cli", "convert a dataset into WebDataset shards with precomputed structure"),
+    "merge-parts": ("gtscale.shards.merge_cli", "merge the manifests of a sharding run split with --num-parts"),
+    "inspect": ("gtscale.shards.inspect", "summarise a shard directory; --verify checks every shard"),
+    "model-info": ("gtscale.models.info", "print a model config's architecture summary and parameter count"),
+}
+
+#: `gtscale bench <name>` → (module, help)
+BENCHMARKS: dict[str, tuple[str, str]] = {
+    "shard": ("gtscale.bench.shard", "featurization + structure + serialization throughput vs smiles2graph"),
+    "loader": ("gtscale.bench.loader", "decode + collate graphs/s per worker and padding efficiency"),
+    "model": ("gtscale.bench.model", "forward+backward graphs/s and peak memory of a model"),
+}
+
+
+def _build_parser(module_name: str, prog: str, help_text: str) -> tuple[argparse.ArgumentParser, object]:
+    module = importlib.import_module(module_name)
+    parser = argparse.ArgumentParser(prog=prog, description=help_text)
+    module.add_arguments(parser)
+    return parser, module
+
+
+def _usage() -> str:
+    lines = ["usage: gtscale <command> [options]", "", "commands:"]
+    lines += [f"  {name:<12} {help_text}" for name, (_, help_text) in COMMANDS.items()]
+    lines += [f"  bench {name:<6} {help_text}" for name, (_, help_text) in BENCHMARKS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0 if argv else EXIT_USER_ERROR
+    command, rest = argv[0], argv[1:]
+    if command == "bench":
+        if not rest or rest[0] not in BENCHMARKS:
+            print(f"gtscale bench: error: choose one of {', '.join(BENCHMARKS)}", file=sys.stderr)
+            return EXIT_USER_ERROR
+        module_name, help_text = BENCHMARKS[rest[0]]
+        prog, rest = f"gtscale bench {rest[0]}", rest[1:]
+    elif command in COMMANDS:
+        module_name, help_text = COMMANDS[command]
+        prog = f"gtscale {command}"
+    else:
+        print(f"gtscale: error: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    parser, module = _build_parser(module_name, prog, help_text)
+    args = parser.parse_args(rest)  # argparse exits 2 on a bad option, naming it
+    try:
+        return int(module.run(args) or 0)
+    except UserError as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return EXIT_USER_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""The data contract: record keys in a shard, their dtypes, sentinels and feature vocabularies.
+
+Every convention that more than one module relies on is defined here, once. The sharder writes
+records with these keys; the loader reads them; the models see the shifted features of `Batch`.
+
+A record is one graph. In a shard each key is a tar member ``<sample key>.<record key>.npy``
+(``meta`` is ``.json``). Arrays use the smallest dtype that holds their values.
+
+| key          | dtype, shape                | meaning                                                |
+| ------------ | --------------------------- | ------------------------------------------------------ |
+| x            | uint8/int16 [N, F]          | categorical node features, raw (0-based) OGB values    |
+| edge_index   | int16/int32 [2, E]          | directed edges, both directions for undirected graphs  |
+| edge_attr    | uint8 [E, Fe]               | categorical edge features, raw (0-based)               |
+| spd          | uint8 [N, N]                | shortest-path hops, SPD_UNREACHABLE where no path      |
+| pred         | uint8/uint16 [N, N]         | pred[i, j]: node before j on a shortest i→j path       |
+| in_degree    | uint8/uint16 [N]            | number of edges ending at the node                     |
+| out_degree   | uint8/uint16 [N]            | number of edges starting at the node                   |
+| svd_pe       | float16 [N, 2r]             | U√Σ ‖ V√Σ of A+I, top r triplets, zero-padded if N < r |
+| lap_pe       | float16 [N, k]              | eigenvectors of the normalised Laplacian, ascending    |
+| lap_eigval   | float16 [k]                 | their eigenvalues; zero-padded if N < k                |
+| y            | float32 [T]                 | graph targets, NaN where unlabelled                    |
+| node_y       | float32 [N]                 | node targets (node tasks), NaN where unlabelled        |
+| meta         | json                        | idx in the source, num_nodes, num_edges (+ center)     |
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: Version of the record layout; stored in every manifest and checked by the loader.
+SCHEMA_VERSION = 1
+
+# --- record keys -------------------------------------------------------------------------
+X = "x"
+EDGE_INDEX = "edge_index"
+EDGE_ATTR = "edge_attr"
+SPD = "spd"
+PRED = "pred"
+IN_DEGREE = "in_degree"
+OUT_DEGREE = "out_degree"
+SVD_PE = "svd_pe"
+LAP_PE = "lap_pe"
+LAP_EIGVAL = "lap_eigval"
+Y = "y"
+NODE_Y = "node_y"
+META = "meta"
+
+#: Keys every record has; the rest depend on the transform options.
+REQUIRED_KEYS = (X, EDGE_INDEX, EDGE_ATTR, META)
+#: Which sharder option produces an optional key (used in "missing key" errors).
+PRODUCED_BY = {
+    SPD: "--spd (on by default)",
+    PRED: "--spd (on by default)",
+    IN_DEGREE: "--degree (on by default)",
+    OUT_DEGREE: "--degree (on by default)",
+    SVD_PE: "--svd-rank R (R > 0)",
+    LAP_PE: "--lap-k K (K > 0)",
+    LAP_EIGVAL: "--lap-k K (K > 0)",
+    Y: "a dataset with graph targets",
+    NODE_Y: "a node-task dataset (sampled subgraphs)",
+}
+
+# --- sentinels -----------------------------------------------------------------------------
+#: Hop count of an unreachable pair (different connected components). Real hop counts above
+#: SPD_MAX are stored as SPD_MAX: beyond that no model distinguishes distances.
+SPD_UNREACHABLE = 255
+SPD_MAX = 254
+
+
+def pred_dtype(num_nodes: int) -> np.dtype:
+    """Predecessor matrices hold node ids plus a sentinel (the dtype's max) for "no predecessor"
+    (the diagonal and unreachable pairs), so uint8 serves graphs of up to 255 nodes."""
+    if num_nodes <= np.iinfo(np.uint8).max:
+        return np.dtype(np.uint8)
+    if num_nodes <= np.iinfo(np.uint16).max:
+        return np.dtype(np.uint16)
+    raise ValueError(f"graph of {num_nodes} nodes is too large for a dense predecessor matrix")
+
+
+def pred_sentinel(dtype: np.dtype) -> int:
+    return int(np.iinfo(dtype).max)
+
+
+def smallest_uint(max_value: int) -> np.dtype:
+    """Smallest unsigned dtype that holds 0..max_value."""
+    for dt in (np.uint8, np.uint16, np.uint32):
+        if max_value <= np.iinfo(dt).max:
+            return np.dtype(dt)
+    return np.dtype(np.uint64)
+
+
+def index_dtype(num_nodes: int) -> np.dtype:
+    """edge_index dtype: int16 while node ids fit, else int32 (signed, as torch likes)."""
+    return np.dtype(np.int16) if num_nodes <= np.iinfo(np.int16).max else np.dtype(np.int32)
+
+
+# --- molecular feature vocabularies (OGB's smiles2graph) ------------------------------------
+#: Sizes of OGB's 9 atom features: atomic number, chirality, degree, formal charge, #H,
+#: #radical electrons, hybridisation, aromatic, in ring (ogb.utils.features.get_atom_feature_dims).
+ATOM_FEATURE_DIMS = (119, 5, 12, 12, 10, 6, 6, 2, 2)
+#: Sizes of OGB's 3 bond features: bond type, stereo, conjugated.
+BOND_FEATURE_DIMS = (5, 6, 2)
+
+# --- Batch feature convention ----------------------------------------------------------------
+#: In a Batch, categorical features are shifted by FEATURE_SHIFT so that 0 (FEATURE_PAD) can mean
+#: "padding node" in node_feat and "no edge" in edge_feat and path_edges. An embedding table for a
+#: feature with vocabulary size V therefore has V + 1 rows, row 0 being the padding row.
+FEATURE_PAD = 0
+FEATURE_SHIFT = 1

@@ -1,0 +1,178 @@
+"""Structural matrices of a graph, precomputed once by the sharder (see schema.py for the keys).
+
+- shortest-path hops (`spd`) and a predecessor matrix (`pred`) from which the loader rebuilds
+  every shortest path's edges (Graphormer's multi-hop edge encoding);
+- in/out degrees;
+- EGT's SVD encoding of A+I: the top r singular triplets as U√Σ ‖ V√Σ, so that with full rank
+  (U√Σ)(V√Σ)ᵀ = A+I;
+- eigenpairs of the symmetric normalised Laplacian I − D^-½ A D^-½ (smallest first, the trivial
+  one included), for the Energy Transformer and GT-style models.
+
+`structure_many` computes these for a list of graphs at once: graphs of equal size share one
+stacked LAPACK call, which is what makes per-molecule linear algebra cheap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import shortest_path
+
+from gtscale.data import schema
+
+
+@dataclass(frozen=True)
+class StructureOptions:
+    spd: bool = True  # shortest-path hops + predecessor matrix
+    degree: bool = True  # in/out degrees
+    svd_rank: int = 8  # r of EGT's SVD encoding; 0 switches it off
+    lap_k: int = 8  # number of Laplacian eigenpairs; 0 switches them off
+
+    def __post_init__(self):
+        if self.svd_rank < 0 or self.lap_k < 0:
+            raise ValueError("svd_rank and lap_k must be >= 0")
+
+
+def shortest_paths(edge_index: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """(spd uint8 [N,N], pred [N,N]) along directed edges, unweighted (BFS from every node).
+
+    spd holds SPD_UNREACHABLE where no path exists and caps longer paths at SPD_MAX.
+    pred[i, j] is the node before j on one shortest i→j path; the dtype's max where there is none
+    (i == j, or unreachable)."""
+    n = num_nodes
+    graph = csr_matrix(
+        (np.ones(edge_index.shape[1], dtype=np.float64), (edge_index[0].astype(np.int64), edge_index[1].astype(np.int64))),
+        shape=(n, n),
+    )
+    dist, pred = shortest_path(graph, method="D", directed=True, unweighted=True, return_predecessors=True)
+    spd = np.full((n, n), schema.SPD_UNREACHABLE, dtype=np.uint8)
+    reachable = np.isfinite(dist)
+    spd[reachable] = np.minimum(dist[reachable], schema.SPD_MAX).astype(np.uint8)
+    dtype = schema.pred_dtype(n)
+    pred_out = np.where(pred < 0, schema.pred_sentinel(dtype), pred).astype(dtype)
+    return spd, pred_out
+
+
+def _svd_encodings(adj: np.ndarray, rank: int) -> np.ndarray:
+    """[G, N, 2r] float16: U√Σ ‖ V√Σ of A+I for stacked adjacencies [G, N, N] of one size N.
+
+    For symmetric A (undirected graphs) the SVD comes from the cheaper eigendecomposition
+    A+I = Q Λ Qᵀ: σ = |λ|, U = Q, V = Q·sign(λ), ordered by σ descending."""
+    g, n, _ = adj.shape
+    a_plus_i = adj + np.eye(n)[None]
+    keep = min(rank, n)
+    if np.array_equal(adj, np.swapaxes(adj, 1, 2)):
+        lam, q = np.linalg.eigh(a_plus_i)
+        order = np.argsort(-np.abs(lam), axis=1, kind="stable")[:, :keep]
+        lam = np.take_along_axis(lam, order, axis=1)
+        u = np.take_along_axis(q, order[:, None, :], axis=2)
+        s, v = np.abs(lam), u * np.where(lam < 0, -1.0, 1.0)[:, None, :]
+    else:
+        u, s, vh = np.linalg.svd(a_plus_i)
+        u, s, v = u[:, :, :keep], s[:, :keep], np.swapaxes(vh, 1, 2)[:, :, :keep]
+    root_s = np.sqrt(s)[:, None, :]
+    out = np.zeros((g, n, 2 * rank), dtype=np.float64)
+    out[:, :, :keep] = u * root_s
+    out[:, :, rank : rank + keep] = v * root_s
+    return out.astype(np.float16)
+
+
+def normalized_laplacian(adj: np.ndarray) -> np.ndarray:
+    """I − D^-½ A_sym D^-½ for stacked adjacencies [G, N, N]; isolated nodes get a 1 on the diagonal.
+
+    Directed inputs are symmetrised first: the Laplacian encoding is defined for undirected graphs."""
+    sym = np.maximum(adj, np.swapaxes(adj, 1, 2))
+    deg = sym.sum(axis=2)
+    inv_sqrt = np.where(deg > 0, 1.0 / np.sqrt(np.where(deg > 0, deg, 1.0)), 0.0)
+    n = adj.shape[1]
+    return np.eye(n)[None] - inv_sqrt[:, :, None] * sym * inv_sqrt[:, None, :]
+
+
+def _laplacian_encodings(adj: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """([G, N, k] float16 eigenvectors, [G, k] float16 eigenvalues), smallest eigenvalues first."""
+    g, n, _ = adj.shape
+    eigval, eigvec = np.linalg.eigh(normalized_laplacian(adj))
+    keep = min(k, n)
+    vecs = np.zeros((g, n, k), dtype=np.float64)
+    vals = np.zeros((g, k), dtype=np.float64)
+    vecs[:, :, :keep] = eigvec[:, :, :keep]
+    vals[:, :keep] = np.clip(eigval[:, :keep], 0.0, 2.0)  # round-off can leave -1e-16
+    return vecs.astype(np.float16), vals.astype(np.float16)
+
+
+#: Above this size the batched O(N³) predecessor search costs more than scipy's per-graph BFS.
+_BATCHED_SPD_MAX_NODES = 96
+
+
+def _batched_shortest_paths(adj: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """BFS from every node of G graphs at once: stacked boolean adjacencies [G, N, N] →
+    (spd uint8 [G, N, N], pred [G, N, N]) with the conventions of `shortest_paths`."""
+    g, n, _ = adj.shape
+    adj_f = adj.astype(np.float32)
+    dist = np.full((g, n, n), schema.SPD_UNREACHABLE, dtype=np.int16)
+    frontier = np.broadcast_to(np.eye(n, dtype=bool), (g, n, n)).copy()
+    reached = frontier.copy()
+    dist[frontier] = 0
+    hop = 0
+    while True:
+        hop += 1
+        frontier = (np.matmul(frontier.astype(np.float32), adj_f) > 0) & ~reached
+        if not frontier.any():
+            break
+        dist[frontier] = min(hop, schema.SPD_MAX)
+        reached |= frontier
+    # pred[i, j] = first k with an edge k→j and dist[i, k] = dist[i, j] - 1.
+    is_pred = (dist[:, :, None, :] == dist[:, :, :, None] - 1) & np.swapaxes(adj, 1, 2)[:, None, :, :]
+    dtype = schema.pred_dtype(n)
+    pred = np.where(is_pred.any(axis=3), is_pred.argmax(axis=3), schema.pred_sentinel(dtype)).astype(dtype)
+    return dist.astype(np.uint8), pred
+
+
+def structure_many(graphs: list[tuple[np.ndarray, int]], options: StructureOptions) -> list[dict[str, np.ndarray]]:
+    """Structural arrays for each (edge_index, num_nodes); one dict of record keys per graph.
+
+    Graphs of equal size are stacked so that BFS, degrees and the eigen/singular decompositions
+    run as a few array operations per size instead of dozens of calls per graph."""
+    results: list[dict[str, np.ndarray]] = [{} for _ in graphs]
+    by_size: dict[int, list[int]] = {}
+    for i, (_, n) in enumerate(graphs):
+        by_size.setdefault(n, []).append(i)
+    for n, members in by_size.items():
+        g = len(members)
+        counts = [graphs[i][0].shape[1] for i in members]
+        graph_of_edge = np.repeat(np.arange(g), counts)
+        src = np.concatenate([graphs[i][0][0] for i in members]).astype(np.int64)
+        dst = np.concatenate([graphs[i][0][1] for i in members]).astype(np.int64)
+        adj = np.zeros((g, n, n), dtype=bool)
+        adj[graph_of_edge, src, dst] = True
+        if options.spd:
+            if n <= _BATCHED_SPD_MAX_NODES:
+                spd, pred = _batched_shortest_paths(adj)
+            else:
+                spd, pred = map(np.stack, zip(*(shortest_paths(graphs[i][0], n) for i in members)))
+            for j, i in enumerate(members):
+                results[i][schema.SPD], results[i][schema.PRED] = spd[j], pred[j]
+        if options.degree:
+            in_deg = np.bincount(graph_of_edge * n + dst, minlength=g * n).reshape(g, n)
+            out_deg = np.bincount(graph_of_edge * n + src, minlength=g * n).reshape(g, n)
+            for j, i in enumerate(members):
+                dtype = schema.smallest_uint(int(max(in_deg[j].max(initial=0), out_deg[j].max(initial=0))))
+                results[i][schema.IN_DEGREE], results[i][schema.OUT_DEGREE] = in_deg[j].astype(dtype), out_deg[j].astype(dtype)
+        if options.svd_rank or options.lap_k:
+            adj_f = adj.astype(np.float64)
+            if options.svd_rank:
+                svd = _svd_encodings(adj_f, options.svd_rank)
+                for j, i in enumerate(members):
+                    results[i][schema.SVD_PE] = svd[j]
+            if options.lap_k:
+                vecs, vals = _laplacian_encodings(adj_f, options.lap_k)
+                for j, i in enumerate(members):
+                    results[i][schema.LAP_PE], results[i][schema.LAP_EIGVAL] = vecs[j], vals[j]
+    return results
+
+
+def structure(edge_index: np.ndarray, num_nodes: int, options: StructureOptions = StructureOptions()) -> dict[str, np.ndarray]:
+    """Structural arrays of one graph (see `structure_many`)."""
+    return structure_many([(edge_index, num_nodes)], options)[0]

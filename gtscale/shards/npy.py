@@ -1,0 +1,45 @@
+"""`.npy` bytes without pickle: fast encoding for the writer, safe decoding for every reader.
+
+The encoder produces exactly the bytes of ``np.save`` (format 1.0) but caches headers by
+(dtype, shape), which matters when a shard holds millions of small arrays.
+"""
+
+from __future__ import annotations
+
+import io
+from functools import lru_cache
+
+import numpy as np
+
+
+@lru_cache(maxsize=4096)
+def _header(descr: str, shape: tuple[int, ...]) -> bytes:
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        buf, {"descr": descr, "fortran_order": False, "shape": shape}
+    )
+    return buf.getvalue()
+
+
+def encode_npy(array: np.ndarray) -> bytes:
+    """The bytes ``np.save(f, array)`` would write (C order, format 1.0)."""
+    if not array.flags.c_contiguous:
+        array = np.ascontiguousarray(array)  # (not unconditionally: it turns 0-d arrays into 1-d)
+    if array.dtype.hasobject:
+        raise ValueError("refusing to encode an object array: shards hold numbers only")
+    descr = np.lib.format.dtype_to_descr(array.dtype)
+    return _header(descr, array.shape) + array.tobytes()
+
+
+class UnsafeArrayError(ValueError):
+    """An .npy member would need unpickling (object dtype): refused."""
+
+
+def decode_npy(data: bytes, name: str = "<array>") -> np.ndarray:
+    """Decode .npy bytes; never unpickles. `name` is used in error messages."""
+    try:
+        return np.load(io.BytesIO(data), allow_pickle=False)
+    except ValueError as err:
+        if "allow_pickle" in str(err) or "Object arrays" in str(err):
+            raise UnsafeArrayError(f"{name}: holds a pickled object array; refusing to unpickle") from err
+        raise ValueError(f"{name}: not a valid .npy array ({err})") from err

@@ -1,0 +1,147 @@
+"""Deterministic tar writing for WebDataset shards.
+
+A sample becomes tar members ``<key>.<field>.npy`` (``<key>.meta.json`` for the metadata), in
+sorted field order, with fixed mtime, owner and mode: the same records give byte-identical shards
+whatever machine, worker count or time wrote them. Shards are written under a temporary name and
+renamed when complete, so a killed run never leaves a truncated shard that looks finished.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tarfile
+from pathlib import Path
+from typing import Iterable, Mapping
+
+import numpy as np
+
+from gtscale.data import schema
+from gtscale.shards.npy import encode_npy
+
+FIXED_MTIME = 0
+FIXED_MODE = 0o444
+
+
+def sample_key(idx: int, center: int | None = None) -> str:
+    """WebDataset sample key: the source idx, zero-padded so keys sort numerically.
+    Sampled subgraphs of one big graph add their center node to stay unique."""
+    return f"{idx:010d}" if center is None else f"{idx:010d}_{center:010d}"
+
+
+def sample_members(record: Mapping[str, object]) -> list[tuple[str, bytes]]:
+    """(suffix, bytes) pairs of one record: arrays as .npy, `meta` as compact sorted JSON."""
+    members = []
+    for field in sorted(record):
+        value = record[field]
+        if field == schema.META:
+            members.append(("meta.json", json.dumps(value, sort_keys=True, separators=(",", ":")).encode()))
+        else:
+            members.append((f"{field}.npy", encode_npy(np.asarray(value))))
+    return members
+
+
+class ShardWriter:
+    """Writes one shard to ``<path>.tmp``; `close()` renames it to `path` and returns its stats."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.tmp_path = self.path.with_name(self.path.name + ".tmp")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.tmp_path, "wb")
+        self._tar = tarfile.open(fileobj=self._file, mode="w", format=tarfile.USTAR_FORMAT)
+        self.num_samples = 0
+
+    def write(self, key: str, record: Mapping[str, object]) -> None:
+        for suffix, data in sample_members(record):
+            info = tarfile.TarInfo(f"{key}.{suffix}")
+            info.size = len(data)
+            info.mtime = FIXED_MTIME
+            info.mode = FIXED_MODE
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            self._tar.addfile(info, io.BytesIO(data))
+        self.num_samples += 1
+
+    def close(self) -> dict:
+        self._tar.close()
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        stats = {"samples": self.num_samples, "bytes": self.tmp_path.stat().st_size, "sha256": sha256_file(self.tmp_path)}
+        os.replace(self.tmp_path, self.path)
+        return stats
+
+    def abort(self) -> None:
+        self._tar.close()
+        self._file.close()
+        self.tmp_path.unlink(missing_ok=True)
+
+    def __enter__(self) -> "ShardWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.abort()
+
+
+def write_shard(path: str | os.PathLike, samples: Iterable[tuple[str, Mapping[str, object]]]) -> dict:
+    """Write (key, record) pairs to one shard atomically; returns {samples, bytes, sha256}."""
+    with ShardWriter(path) as writer:
+        for key, record in samples:
+            writer.write(key, record)
+        return writer.close()
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write a small text file via a temporary name + rename: readers never see half of it."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+PICKLE_SUFFIXES = (".pyd", ".pickle", ".pkl", ".pth", ".pt")
+
+
+def iter_shard(path: str | os.PathLike):
+    """Yield (key, {field: array or meta dict}) from a shard, decoding .npy without pickle.
+
+    For inspection and verification; training reads shards through WebDataset (data/stream.py)."""
+    from gtscale.shards.npy import decode_npy
+
+    current_key, fields = None, {}
+    with tarfile.open(path, mode="r:") as tar:
+        for member in tar:
+            if not member.isfile():
+                continue
+            key, _, suffix = member.name.partition(".")
+            if suffix.endswith(PICKLE_SUFFIXES):
+                raise ValueError(f"{path}: member {member.name} is a pickle; shards must hold .npy and .json only")
+            if key != current_key and current_key is not None:
+                yield current_key, fields
+                fields = {}
+            current_key = key
+            data = tar.extractfile(member).read()
+            field = suffix.rsplit(".", 1)[0]
+            if suffix.endswith(".npy"):
+                fields[field] = decode_npy(data, f"{path}:{member.name}")
+            elif suffix.endswith(".json"):
+                fields[field] = json.loads(data)
+            else:
+                raise ValueError(f"{path}: member {member.name} has an unknown type; shards hold .npy and .json only")
+    if current_key is not None:
+        yield current_key, fields

@@ -1,0 +1,31 @@
+# Sourced by launch/quickstart and launch/test: create (once) and activate the virtual environment.
+#
+# Re-running is cheap: the install is skipped while pyproject.toml is unchanged (a stamp file in the
+# venv records its hash). GTSCALE_VENV chooses another location.
+#
+# torch: on a CPU-only machine we install the CPU build (torch==2.13.0). On a GPU cluster, install
+# your CUDA torch into the venv first (see README); any torch already importable there is kept.
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="${GTSCALE_VENV:-$repo/.venv}"
+python="${PYTHON:-python3}"
+
+if [ ! -x "$venv/bin/python" ]; then
+  echo "[gtscale] creating virtual environment in $venv"
+  "$python" -m venv "$venv"
+fi
+# shellcheck disable=SC1091
+. "$venv/bin/activate"
+
+stamp="$venv/.gtscale-installed"
+want="$(sha256sum "$repo/pyproject.toml" | cut -d' ' -f1)"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "[gtscale] installing dependencies (once; a few minutes)"
+  python -m pip install -q --upgrade pip
+  if ! python -c "import torch" 2>/dev/null; then
+    python -m pip install -q "torch==2.13.0"
+  fi
+  python -m pip install -q -e "$repo[test]"
+  echo "$want" > "$stamp"
+fi
+cd "$repo"
