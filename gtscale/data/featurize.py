@@ -60,6 +60,8 @@ _HYBRIDIZATION = _enum_map(Chem.HybridizationType, _F["possible_hybridization_li
 _BOND_TYPE = _enum_map(Chem.BondType, _F["possible_bond_type_list"])
 _BOND_STEREO = _enum_map(Chem.BondStereo, _F["possible_bond_stereo_list"], strict=True)
 
+_UNSPECIFIED_CHIRALITY = _CHIRALITY[Chem.ChiralType.CHI_UNSPECIFIED]
+
 # Unbound RDKit methods: map(Atom.GetAtomicNum, atoms) avoids a Python frame per atom.
 _Atom, _Bond = Chem.rdchem.Atom, Chem.rdchem.Bond
 
@@ -76,17 +78,23 @@ def parse_smiles(smiles: str) -> Chem.Mol:
     return mol
 
 
-def featurize_mol(mol: Chem.Mol) -> dict[str, np.ndarray]:
-    """{x uint8 [N, 9], edge_index int16/int32 [2, E], edge_attr uint8 [E, 3]} as smiles2graph gives them."""
-    atoms = list(mol.GetAtoms())
-    n = len(atoms)
+def featurize_mol(mol: Chem.Mol, has_chirality: bool = True) -> dict[str, np.ndarray]:
+    """{x uint8 [N, 9], edge_index int16/int32 [2, E], edge_attr uint8 [E, 3]} as smiles2graph gives them.
+
+    has_chirality=False lets the caller promise that no atom carries a chiral tag (the SMILES has
+    no '@'), skipping that read. (No such promise holds for charges: sanitization turns
+    hypervalent organic-subset atoms, e.g. OCl(=O)(=O)=O, into charge-separated form.)"""
+    # GetAtomWithIdx directly: mol.GetAtoms() iterates through a Python-level wrapper in
+    # rdkit.Chem that costs more than all the property reads together.
+    n = mol.GetNumAtoms()
+    atoms = list(map(mol.GetAtomWithIdx, range(n)))
     in_ring = [0] * n
     for ring in mol.GetRingInfo().AtomRings():  # one call instead of IsInRing() per atom
         for i in ring:
             in_ring[i] = 1
     columns = [
         [_ATOMIC_NUM[v] for v in map(_Atom.GetAtomicNum, atoms)],
-        [_CHIRALITY[v] for v in map(_Atom.GetChiralTag, atoms)],
+        [_CHIRALITY[v] for v in map(_Atom.GetChiralTag, atoms)] if has_chirality else [_UNSPECIFIED_CHIRALITY] * n,
         [_DEGREE[v] for v in map(_Atom.GetTotalDegree, atoms)],
         [_CHARGE[v] for v in map(_Atom.GetFormalCharge, atoms)],
         [_NUM_H[v] for v in map(_Atom.GetTotalNumHs, atoms)],
@@ -97,7 +105,7 @@ def featurize_mol(mol: Chem.Mol) -> dict[str, np.ndarray]:
     ]
     x = np.array(columns, dtype=np.uint8).T.copy()
 
-    bonds = list(mol.GetBonds())
+    bonds = list(map(mol.GetBondWithIdx, range(mol.GetNumBonds())))
     index_dtype = schema.index_dtype(n)
     if not bonds:
         return {
@@ -126,7 +134,8 @@ def featurize_mol(mol: Chem.Mol) -> dict[str, np.ndarray]:
 
 
 def featurize_smiles(smiles: str) -> dict[str, np.ndarray]:
-    return featurize_mol(parse_smiles(smiles))
+    # In SMILES, tetrahedral chirality is only ever written with '@'.
+    return featurize_mol(parse_smiles(smiles), has_chirality="@" in smiles)
 
 
 RDLogger.DisableLog("rdApp.*")  # invalid SMILES are counted in the manifest, not printed

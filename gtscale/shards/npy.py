@@ -12,23 +12,22 @@ from functools import lru_cache
 import numpy as np
 
 
-@lru_cache(maxsize=4096)
-def _header(descr: str, shape: tuple[int, ...]) -> bytes:
+@lru_cache(maxsize=8192)
+def _header(dtype_str: str, shape: tuple[int, ...]) -> bytes:
     buf = io.BytesIO()
-    np.lib.format.write_array_header_1_0(
-        buf, {"descr": descr, "fortran_order": False, "shape": shape}
-    )
+    descr = np.lib.format.dtype_to_descr(np.dtype(dtype_str))
+    np.lib.format.write_array_header_1_0(buf, {"descr": descr, "fortran_order": False, "shape": shape})
     return buf.getvalue()
 
 
 def encode_npy(array: np.ndarray) -> bytes:
     """The bytes ``np.save(f, array)`` would write (C order, format 1.0)."""
+    array = np.asarray(array)
     if not array.flags.c_contiguous:
         array = np.ascontiguousarray(array)  # (not unconditionally: it turns 0-d arrays into 1-d)
     if array.dtype.hasobject:
         raise ValueError("refusing to encode an object array: shards hold numbers only")
-    descr = np.lib.format.dtype_to_descr(array.dtype)
-    return _header(descr, array.shape) + array.tobytes()
+    return _header(array.dtype.str, array.shape) + array.tobytes()
 
 
 class UnsafeArrayError(ValueError):
