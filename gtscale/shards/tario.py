@@ -13,6 +13,7 @@ import io
 import json
 import os
 import tarfile
+import threading
 from pathlib import Path
 from typing import Iterable, Mapping
 
@@ -150,7 +151,8 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write a small text file via a temporary name + rename: readers never see half of it."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
+    # A name of its own per writer: parts of a split run write the same plan.json at once.
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     with open(tmp, "w") as f:
         f.write(text)
         f.flush()
