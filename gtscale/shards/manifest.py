@@ -11,9 +11,9 @@ from pathlib import Path
 
 from gtscale.errors import UserError
 from gtscale.shards.tario import atomic_write_text
-from gtscale.shards.writer import PARTS_DIR, PLAN_FILE
-
 MANIFEST_FILE = "manifest.json"
+PLAN_FILE = "plan.json"  # written by every part at its start: what the whole run will produce
+PARTS_DIR = "parts"  # one JSON per finished shard
 REJECTS_FILE = "rejects.tsv"
 
 

@@ -26,10 +26,8 @@ from gtscale.data import schema
 from gtscale.data.featurize import FeaturizeError, featurize_smiles
 from gtscale.data.sources.base import MoleculeTable, sha256_of
 from gtscale.data.structure import StructureOptions, structure_many
+from gtscale.shards.manifest import PARTS_DIR, PLAN_FILE
 from gtscale.shards.tario import ShardWriter, atomic_write_text, sample_key, sha256_file
-
-PLAN_FILE = "plan.json"
-PARTS_DIR = "parts"
 
 
 @dataclass(frozen=True)
