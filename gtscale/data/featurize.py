@@ -61,6 +61,10 @@ _BOND_TYPE = _enum_map(Chem.BondType, _F["possible_bond_type_list"])
 _BOND_STEREO = _enum_map(Chem.BondStereo, _F["possible_bond_stereo_list"], strict=True)
 
 _UNSPECIFIED_CHIRALITY = _CHIRALITY[Chem.ChiralType.CHI_UNSPECIFIED]
+_STEREO_NONE = _BOND_STEREO[Chem.BondStereo.STEREONONE]
+# Bond order (Bond.GetBondTypeAsDouble) → OGB bond type; 'misc' for any other order.
+_BOND_ORDER = {"SINGLE": 1.0, "DOUBLE": 2.0, "TRIPLE": 3.0, "AROMATIC": 1.5}
+_BOND_TYPE_BY_ORDER = _IntMap([_BOND_ORDER[name] for name in _F["possible_bond_type_list"][:-1]] + ["misc"])
 
 # Unbound RDKit methods: map(Atom.GetAtomicNum, atoms) avoids a Python frame per atom.
 _Atom, _Bond = Chem.rdchem.Atom, Chem.rdchem.Bond
@@ -78,12 +82,13 @@ def parse_smiles(smiles: str) -> Chem.Mol:
     return mol
 
 
-def featurize_mol(mol: Chem.Mol, has_chirality: bool = True) -> dict[str, np.ndarray]:
+def featurize_mol(mol: Chem.Mol, has_chirality: bool = True, may_have_bond_stereo: bool = True, may_have_dative_bonds: bool = True) -> dict[str, np.ndarray]:
     """{x uint8 [N, 9], edge_index int16/int32 [2, E], edge_attr uint8 [E, 3]} as smiles2graph gives them.
 
-    has_chirality=False lets the caller promise that no atom carries a chiral tag (the SMILES has
-    no '@'), skipping that read. (No such promise holds for charges: sanitization turns
-    hypervalent organic-subset atoms, e.g. OCl(=O)(=O)=O, into charge-separated form.)"""
+    The flags let a caller that knows the SMILES skip reads whose answer is fixed: no chiral tags
+    without '@', no double-bond stereo without '/' or '\\', no dative bonds without '->', '<-' or a
+    bracket atom (see featurize_smiles). No such promise holds for charges: sanitization turns hypervalent
+    organic-subset atoms, e.g. OCl(=O)(=O)=O, into charge-separated form."""
     # GetAtomWithIdx directly: mol.GetAtoms() iterates through a Python-level wrapper in
     # rdkit.Chem that costs more than all the property reads together.
     n = mol.GetNumAtoms()
@@ -113,13 +118,20 @@ def featurize_mol(mol: Chem.Mol, has_chirality: bool = True) -> dict[str, np.nda
             schema.EDGE_INDEX: np.zeros((2, 0), dtype=index_dtype),
             schema.EDGE_ATTR: np.zeros((0, len(schema.BOND_FEATURE_DIMS)), dtype=np.uint8),
         }
-    try:
-        stereo = [_BOND_STEREO[v] for v in map(_Bond.GetStereo, bonds)]
-    except KeyError as err:
-        raise FeaturizeError("unsupported_bond_stereo", str(err.args[0])) from None
+    if may_have_bond_stereo:
+        try:
+            stereo = [_BOND_STEREO[v] for v in map(_Bond.GetStereo, bonds)]
+        except KeyError as err:
+            raise FeaturizeError("unsupported_bond_stereo", str(err.args[0])) from None
+    else:
+        stereo = [_STEREO_NONE] * len(bonds)
+    if may_have_dative_bonds:
+        bond_types = [_BOND_TYPE[v] for v in map(_Bond.GetBondType, bonds)]
+    else:  # a float per bond is cheaper than an RDKit enum; unambiguous without dative bonds
+        bond_types = [_BOND_TYPE_BY_ORDER[v] for v in map(_Bond.GetBondTypeAsDouble, bonds)]
     bond_feat = np.array(
         [
-            [_BOND_TYPE[v] for v in map(_Bond.GetBondType, bonds)],
+            bond_types,
             stereo,
             list(map(_Bond.GetIsConjugated, bonds)),
         ],
@@ -134,8 +146,16 @@ def featurize_mol(mol: Chem.Mol, has_chirality: bool = True) -> dict[str, np.nda
 
 
 def featurize_smiles(smiles: str) -> dict[str, np.ndarray]:
-    # In SMILES, tetrahedral chirality is only ever written with '@'.
-    return featurize_mol(parse_smiles(smiles), has_chirality="@" in smiles)
+    # What SMILES syntax alone decides: tetrahedral (and atropisomeric) stereo is only written with
+    # '@', double-bond stereo only with '/' or '\\'; dative bonds are written '->' / '<-', or made by
+    # sanitization from bonds to metals, which are always bracket atoms.
+    # tests/data/test_featurize.py checks the result against smiles2graph on ~15k molecules.
+    return featurize_mol(
+        parse_smiles(smiles),
+        has_chirality="@" in smiles,
+        may_have_bond_stereo="/" in smiles or "\\" in smiles or "@" in smiles,
+        may_have_dative_bonds=">" in smiles or "<" in smiles or "[" in smiles,
+    )
 
 
 RDLogger.DisableLog("rdApp.*")  # invalid SMILES are counted in the manifest, not printed

@@ -38,7 +38,10 @@ def test_identical_to_smiles2graph_on_all_bundled_molecules():
 
 @pytest.mark.parametrize(
     "smiles",
-    ["[Na+].[Cl-]", "C", "[2H]C([2H])([2H])[2H]", "C[C@H](N)C(=O)O", "F/C=C/F", "c1ccccc1-c1ccccc1", "[Fe+3]", "*C", "[U]", "C#N"],
+    [
+        "[Na+].[Cl-]", "C", "[2H]C([2H])([2H])[2H]", "C[C@H](N)C(=O)O", "F/C=C/F", "F/C=C\\F", "c1ccccc1-c1ccccc1",
+        "[Fe+3]", "*C", "[U]", "C#N", "[NH3]->[Cu+2]<-[NH3]", "C$C", "OCl(=O)(=O)=O", "C[C@@]1(O)CC/C=C/CC1",
+    ],
 )
 def test_edge_cases_match_smiles2graph(smiles):
     reference = smiles2graph(smiles)
