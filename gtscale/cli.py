@@ -18,6 +18,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "merge-parts": ("gtscale.shards.merge_cli", "merge the manifests of a sharding run split with --num-parts"),
     "inspect": ("gtscale.shards.inspect", "summarise a shard directory; --verify checks every shard"),
     "model-info": ("gtscale.models.info", "print a model config's architecture summary and parameter count"),
+    "train": ("gtscale.train.cli", "train a model with DeepSpeed (start with torchrun, deepspeed or srun)"),
+    "export": ("gtscale.train.export", "consolidated fp32 weights + model config of a run's checkpoint"),
+    "plot": ("gtscale.train.plot", "loss, metric and learning-rate curves of a run to PNG"),
 }
 
 #: `gtscale bench <name>` → (module, help)
@@ -25,6 +28,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "shard": ("gtscale.bench.shard", "featurization + structure + serialization throughput vs smiles2graph"),
     "loader": ("gtscale.bench.loader", "decode + collate graphs/s per worker and padding efficiency"),
     "model": ("gtscale.bench.model", "forward+backward graphs/s and peak memory of a model"),
+    "train": ("gtscale.bench.train", "training-loop graphs/s against the model alone on pre-collated batches"),
 }
 
 

@@ -38,7 +38,8 @@ interrupted one stopped. The remaining batches are exactly those of an uninterru
 flips are drawn from a generator seeded per batch, so replay needs no RNG state.
 
 Workers are started afresh for every epoch (no persistent workers): the epoch and the position
-travel to them inside the dataset object. Ranks started by `torch.multiprocessing.spawn` would
+travel to them inside the dataset object. In training, the next epoch's workers are started a few
+batches before the current epoch ends, so their start-up overlaps training. Ranks started by `torch.multiprocessing.spawn` would
 spawn their workers too, re-importing torch every epoch; `start_method: fork` avoids that (ranks
 started by torchrun, srun or deepspeed fork by default). The resume rule relies on the
 DataLoader delivering workers' items in round-robin order, which is its default (`in_order`).
@@ -75,6 +76,8 @@ log = logging.getLogger(__name__)
 #: batcher (in reshuffled passes over those counts) to estimate the mean graphs per batch.
 _ESTIMATE_SAMPLES = 2000
 _ESTIMATE_GRAPHS = 20_000
+#: Training: the next epoch's workers start this many batches before the current epoch ends.
+_NEXT_EPOCH_LOOKAHEAD = 8
 #: Batch.idx of filler graphs (see distributed_eval); no dataset has a negative idx.
 FILLER_IDX = -1
 
@@ -301,6 +304,7 @@ class StreamLoader:
         self._consumed = [0] * self.config.workers_per_rank
         self._next_worker = 0
         self._batches = 0  # batches yielded in this epoch
+        self._prepared: tuple[int, Iterator[_Item]] | None = None  # (epoch, its items), started early
         self.skipped = {"events": 0, "samples": 0}
 
     @property
@@ -329,13 +333,17 @@ class StreamLoader:
         self._next_worker = 0
         self._batches = 0
 
-    def _positioned_stream(self) -> ShardStream:
+    def _positioned_stream(self, epoch: int, consumed: list[int], rotation: int) -> ShardStream:
         stream = copy.copy(self._stream)
-        stream.epoch, stream.consumed, stream.rotation = self.epoch, list(self._consumed), self._next_worker
+        stream.epoch, stream.consumed, stream.rotation = epoch, list(consumed), rotation
         return stream
 
-    def _items(self) -> Iterator[_Item]:
-        stream = self._positioned_stream()
+    def _items(self, epoch: int | None = None) -> Iterator[_Item]:
+        """Items from the current position, or from the start of `epoch`."""
+        if epoch is None:
+            stream = self._positioned_stream(self.epoch, self._consumed, self._next_worker)
+        else:
+            stream = self._positioned_stream(epoch, [0] * self.config.workers_per_rank, 0)
         if self.config.num_workers == 0:
             return iter(stream)
         return iter(
@@ -355,7 +363,10 @@ class StreamLoader:
         if self.train and self._batches >= self._stream.epoch_batches:
             self.set_epoch(self.epoch + 1)  # a checkpoint taken after an epoch's last batch
         workers = self.config.workers_per_rank
-        for item in self._items():
+        at_start = self._batches == 0 and not any(self._consumed)
+        prepared, self._prepared = self._prepared, None
+        items = prepared[1] if prepared is not None and prepared[0] == self.epoch and at_start else self._items()
+        for item in items:
             self._consumed[item.worker] += 1
             self._next_worker = (item.worker + 1) % workers
             for message, lost in item.skipped:
@@ -366,6 +377,10 @@ class StreamLoader:
                 raise item.error
             if item.batch is not None:
                 self._batches += 1
+                if self.train and self.config.num_workers and self._batches == self._stream.epoch_batches - _NEXT_EPOCH_LOOKAHEAD:
+                    # Start the next epoch's workers now: their start and shuffle-buffer fill overlap
+                    # the last batches of this epoch instead of stalling training at the boundary.
+                    self._prepared = (self.epoch + 1, self._items(epoch=self.epoch + 1))
                 yield item.batch
         self.set_epoch(self.epoch + 1)
 
@@ -395,6 +410,7 @@ class StreamLoader:
         for key, value in current.items():
             if saved.get(key) != value:
                 raise UserError(f"loader state: written with {key}={saved.get(key)!r}, this run has {value!r}; an exact resume needs the same")
+        self._prepared = None
         self.epoch = int(state["epoch"])
         self._consumed = [int(c) for c in state["consumed"]]
         self._next_worker = int(state["next_worker"])

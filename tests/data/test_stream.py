@@ -207,3 +207,15 @@ def test_loader_config_errors_name_the_key():
     with pytest.raises(UserError, match="on_error: 'ignore' is not one of"):
         from_dict(LoaderConfig, {"on_error": "ignore"})
     assert from_dict(LoaderConfig, {"batching": "graphs", "batch_size": 64}).batch_size == 64
+
+
+def test_next_epoch_started_early_yields_the_same_batches(nci_shards):
+    """The next epoch's workers start before the current epoch ends; what they yield must equal a
+    fresh iteration of that epoch."""
+    continuous = build_loader(nci_shards, "train", CONFIG, train=True, rank=0, world_size=1)
+    list(continuous)  # epoch 0, which starts epoch 1's workers near its end
+    assert continuous._prepared is not None and continuous._prepared[0] == 1
+    second = list(continuous)
+    fresh = build_loader(nci_shards, "train", CONFIG, train=True, rank=0, world_size=1)
+    fresh.set_epoch(1)
+    assert_same_batches(second, list(fresh))

@@ -1,0 +1,97 @@
+"""`gtscale bench train`: does the input pipeline keep up with training?
+
+Side by side in one process, the same Trainer.train_step (DeepSpeed engine: forward, backward,
+optimizer step) is fed
+  - by the real loader (shards → decode → bucket → collate, in DataLoader workers), and
+  - from batches collated beforehand and held in memory (the model alone),
+in interleaved rounds; the ratio loop / model-alone is what the pipeline costs. Target ≥ 0.90.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+
+
+def single_process_env() -> dict[str, str]:
+    """What torchrun would set for a world of one, on a free local port."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", default="configs/tasks/nci-tpsa.yaml", help="training YAML (default: the quickstart's)")
+    parser.add_argument("--shards", default=None, help="shard folder (default: shard nci-tpsa into a temporary folder)")
+    parser.add_argument("--steps", type=int, default=40, help="steps per round and mode (default 40)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the median is reported")
+    parser.add_argument("--workers", type=int, default=1, help="loader workers (default 1)")
+    parser.add_argument("overrides", nargs="*", help="dotted.key=value replacements of the training config")
+    parser.add_argument("--json", dest="json_path", help="also write the figures to this JSON file")
+
+
+def _rate(trainer, batches, steps: int) -> float:
+    start = time.perf_counter()
+    graphs = sum(trainer.train_step(batches).graphs for _ in range(steps))
+    return graphs / (time.perf_counter() - start)
+
+
+def run(args: argparse.Namespace) -> int:
+    from gtscale.cli import main as cli_main
+    from gtscale.train.config import load_train_config
+    from gtscale.train.trainer import Trainer
+
+    import torch
+
+    for key, value in single_process_env().items():
+        os.environ.setdefault(key, value)
+    # Cores are shared out as a launcher would: loader workers get theirs, the model the rest.
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) - args.workers))
+    with tempfile.TemporaryDirectory() as tmp:
+        shards = args.shards
+        if shards is None:
+            shards = str(Path(tmp) / "shards")
+            cli_main(["shard", "nci-tpsa", "--out", shards, "--shard-size", "1000", "--no-progress"])
+        overrides = [f"data.shards={shards}", f"run_dir={tmp}/run", f"data.loader.num_workers={args.workers}",
+                     "logging.progress=false", "logging.tensorboard=false", *args.overrides]
+        trainer = Trainer(load_train_config(args.config, overrides))
+        stream = trainer._train_batches()
+        _rate(trainer, stream, 5)  # warm up: workers started, buffers filled, allocator settled
+        loop, alone = [], []
+        for _ in range(args.rounds):
+            loop.append(_rate(trainer, stream, args.steps))
+            cached = [next(stream) for _ in range(args.steps)]
+            alone.append(_rate(trainer, iter(cached), args.steps))
+        result = {
+            "config": args.config,
+            "model": trainer.model_cfg.get("name"),
+            "parameters": sum(p.numel() for p in trainer.engine.module.parameters()),
+            "loader_workers": args.workers,
+            "torch_threads": torch.get_num_threads(),
+            "steps_per_round": args.steps,
+            "rounds": args.rounds,
+            "loop_graphs_per_s": statistics.median(loop),
+            "model_alone_graphs_per_s": statistics.median(alone),
+        }
+        result["loop_vs_model_alone"] = result["loop_graphs_per_s"] / result["model_alone_graphs_per_s"]
+    print(f"{result['model']} ({result['parameters']:,} parameters), {args.workers} loader worker(s), {result['torch_threads']} torch thread(s), "
+          f"median of {args.rounds} rounds × {args.steps} steps")
+    print(f"{'mode':<34}{'graphs/s':>10}")
+    print(f"{'training loop (loader → step)':<34}{result['loop_graphs_per_s']:>10.0f}")
+    print(f"{'model alone (pre-collated)':<34}{result['model_alone_graphs_per_s']:>10.0f}")
+    print(f"loop / model alone: {result['loop_vs_model_alone']:.2f} (target ≥ 0.90)")
+    if args.json_path:
+        tmp_path = f"{args.json_path}.tmp"
+        with open(tmp_path, "w") as f:
+            json.dump(result, f, indent=1)
+        os.replace(tmp_path, args.json_path)
+    return 0

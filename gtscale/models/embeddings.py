@@ -1,0 +1,49 @@
+"""Input pieces shared by the models: categorical feature columns through one flat embedding
+table, and the additive value that masks an attention pair."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+#: Added to the attention logit of a pair that must not attend (padding keys, non-neighbours of
+#: EGT-Constrained). Finite so that a row with every key masked (a padding query) softmaxes to a
+#: uniform row instead of NaN, and small enough to stay finite when two masks add up in fp16/bf16;
+#: exp(-1e4) is exactly 0 in every float format, so masked keys get exactly zero weight.
+MASK_VALUE = -1e4
+
+
+class FeatureEmbedding(nn.Module):
+    """Sum over feature columns of each column's embedding, gathered from one flat table.
+
+    The offset convention, defined here only: a Batch holds column c's value shifted by
+    schema.FEATURE_SHIFT, v ∈ 1..V_c, with 0 = padding / no edge. The table has 1 + ΣV_c rows.
+    Row 0 is the padding row (kept at zero, never trained); column c owns rows O_c+1 .. O_c+V_c,
+    O_c = V_0 + … + V_(c-1). With V_c = 128 for the 9 atom columns this is the EGT authors' table
+    (9·128+1 rows), with 512 it is Graphormer's (num_atoms = 9·512, plus the padding row): a
+    vocabulary larger than the data's only adds unused rows, which is how the paper sizes keep the
+    published parameter counts. A value above V_c would land in column c+1's rows; the data
+    pipeline guarantees v ≤ V_c.
+    """
+
+    def __init__(self, vocab: list[int], dim: int):
+        super().__init__()
+        self.vocab = list(vocab)
+        offsets = torch.tensor([0] + self.vocab[:-1]).cumsum(0)
+        self.register_buffer("offsets", offsets, persistent=False)
+        self.table = nn.Embedding(1 + sum(self.vocab), dim, padding_idx=0)
+
+    def rows(self, feat: torch.Tensor) -> torch.Tensor:
+        """long [..., F] shifted features → long [..., F] rows of the flat table."""
+        if feat.shape[-1] != len(self.vocab):
+            raise ValueError(f"expected {len(self.vocab)} feature columns, got {feat.shape[-1]}")
+        return torch.where(feat > 0, feat + self.offsets, 0)
+
+    def forward(self, feat: torch.Tensor) -> torch.Tensor:
+        """long [..., F] → float [..., dim]; all-padding rows give zeros.
+
+        embedding_bag sums the columns without materialising the [..., F, dim] gather."""
+        rows = self.rows(feat).reshape(-1, feat.shape[-1])
+        out = F.embedding_bag(rows, self.table.weight, mode="sum", padding_idx=0)
+        return out.view(*feat.shape[:-1], -1)

@@ -1,0 +1,173 @@
+"""Graphormer (Ying et al., NeurIPS'21): a Pre-LN transformer over the graph's nodes and a virtual
+[VNode] token, steered by an attention bias built once per forward and reused by every layer.
+
+    h⁰_i = x_i + z⁻(deg⁻ v_i) + z⁺(deg⁺ v_i)                       centrality encoding (eq. 5)
+    A_ij = (h_i W_Q)(h_j W_K)ᵀ / √d + b_φ(i,j) + c_ij                spatial + edge encoding (eq. 6-7)
+    c_ij = 1/N Σ_n x_(e_n) · w^E_n   over the first `multi_hop_max_dist` edges of a shortest path
+    h' = h + MHA(LN(h)),  h = h' + FFN(LN(h'))                       Pre-LN layers (eq. 8-9)
+
+The graph output is the [VNode] token, whose distance to every node is its own learned bias t.
+Tables and vocabularies follow microsoft/Graphormer (graphormer_layers.py), so that
+graphormer-base with PCQM4Mv2's vocabularies has its published 47.1M parameters.
+
+Index conventions of the Batch (schema.py) mapped onto Graphormer's tables, here and only here:
+- degree d → row d+1 of the degree tables (capped at the last row); row 0 is padding;
+- hop count s → row s+1 of the spatial table (capped at num_spatial-2); SPD_UNREACHABLE → the last
+  row, num_spatial-1, so unreachable pairs have a bucket of their own;
+- path edge features → rows of the flat edge table by embeddings.FeatureEmbedding's offsets.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gtscale.data.batch import Batch
+from gtscale.data.schema import SPD_UNREACHABLE
+from gtscale.models.config import GraphormerConfig
+from gtscale.models.embeddings import MASK_VALUE, FeatureEmbedding
+from gtscale.models.layers import FeedForward, compute_dtype, dropout, run_layer
+from gtscale.models.outputs import Outputs
+from gtscale.models.packing import Packing
+
+#: Attention biases are allocated with the key dimension padded to this many elements, so that the
+#: fused memory-efficient SDPA kernel on GPU can read the bias in place instead of padding a copy
+#: in every layer.
+_BIAS_ALIGN = 16
+
+
+class GraphormerLayer(nn.Module):
+    """Pre-LN MHA with an additive bias, then a Pre-LN GELU FFN, on packed tokens x [T, d]."""
+
+    def __init__(self, cfg: GraphormerConfig):
+        super().__init__()
+        self.num_heads = cfg.num_heads
+        self.attention_dropout = cfg.attention_dropout
+        self.ln = nn.LayerNorm(cfg.hidden_dim)
+        self.qkv = nn.Linear(cfg.hidden_dim, 3 * cfg.hidden_dim)
+        self.out = nn.Linear(cfg.hidden_dim, cfg.hidden_dim)
+        self.dropout = cfg.dropout
+        self.ffn = FeedForward(cfg.hidden_dim, cfg.ffn_dim, "gelu", cfg.dropout, cfg.activation_dropout)
+
+    def forward(self, x: torch.Tensor, packing: Packing, bias: torch.Tensor) -> torch.Tensor:
+        b, m, heads = packing.num_graphs, packing.size, self.num_heads
+        qkv = packing.unpack_tokens(self.qkv(self.ln(x)))
+        q, k, v = qkv.view(b, m, 3, heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=bias, dropout_p=self.attention_dropout if self.training else 0.0
+        )
+        out = packing.pack_tokens(out.transpose(1, 2).reshape(b, m, -1))
+        x = x + dropout(self.out(out), self.dropout, self.training)
+        return x + self.ffn(x)
+
+
+class PathEncoding(nn.Module):
+    """Edge encoding c_ij: the mean over the path's first D edges of each edge's features,
+    embedded per head, each hop n mapped by its own [heads × heads] matrix w^E_n.
+
+    (Σ_f table[x_f] / F) · W_n = Σ_f (table · W_n)[x_f] / F, so one small projected table per hop
+    and one embedding_bag give c_ij without materialising the [B, N, N, D, F, heads] gather."""
+
+    def __init__(self, cfg: GraphormerConfig):
+        super().__init__()
+        self.max_dist = cfg.multi_hop_max_dist
+        self.edges = FeatureEmbedding(cfg.edge_vocab, cfg.num_heads)
+        self.hop_weight = nn.Parameter(torch.empty(cfg.num_edge_dis, cfg.num_heads, cfg.num_heads))
+
+    def forward(self, path_edges: torch.Tensor, spd: torch.Tensor) -> torch.Tensor:
+        """path_edges long [B, N, N, D, F], spd long [B, N, N] → float [B, N, N, heads]."""
+        hops = min(self.max_dist, path_edges.shape[3])
+        rows = self.edges.rows(path_edges[:, :, :, :hops])  # [B, N, N, hops, F], 0 = padding
+        num_rows = self.edges.table.num_embeddings
+        hop_offset = torch.arange(hops, device=rows.device).view(1, 1, 1, hops, 1) * num_rows
+        flat = torch.where(rows > 0, rows + hop_offset, 0).flatten(3).flatten(0, 2)
+        tables = torch.matmul(self.edges.table.weight, self.hop_weight[:hops])  # [hops, rows, heads]
+        summed = F.embedding_bag(flat, tables.flatten(0, 1), mode="sum", padding_idx=0)
+        # Graphormer divides by the path length capped at D (1 on the diagonal); paths longer
+        # than D and unreachable pairs are averaged over D.
+        length = spd.clamp(1, self.max_dist).to(summed.dtype)
+        return summed.view(*spd.shape, -1) / (length.unsqueeze(-1) * len(self.edges.vocab))
+
+
+class Graphormer(nn.Module):
+    """Batch → Outputs(node [B, N, d], edge None, graph [B, d] = the [VNode] token)."""
+
+    def __init__(self, cfg: GraphormerConfig):
+        super().__init__()
+        self.cfg = cfg
+        d, heads = cfg.hidden_dim, cfg.num_heads
+        self.node_dim, self.edge_dim, self.graph_dim = d, 0, d
+
+        self.atom_embed = FeatureEmbedding(cfg.node_vocab, d)
+        self.in_degree = nn.Embedding(cfg.num_in_degree, d, padding_idx=0)
+        self.out_degree = nn.Embedding(cfg.num_out_degree, d, padding_idx=0)
+        self.graph_token = nn.Parameter(torch.empty(1, d))
+        self.spatial = nn.Embedding(cfg.num_spatial, heads, padding_idx=0)
+        self.path_encoding = PathEncoding(cfg)
+        self.virtual_distance = nn.Parameter(torch.empty(1, heads))  # t: [VNode] ↔ every node
+        self.layers = nn.ModuleList(GraphormerLayer(cfg) for _ in range(cfg.num_layers))
+        self.final_ln = nn.LayerNorm(d)
+        self.reset_parameters()
+
+    @property
+    def batch_fields(self) -> tuple[str, ...]:
+        """Batch fields this model reads; path_edges needs at least `multi_hop_max_dist` hops."""
+        return ("node_feat", "node_mask", "edge_feat", "spd", "in_degree", "out_degree", "path_edges")
+
+    def reset_parameters(self) -> None:
+        """Graphormer's initialisation: N(0, 0.02) weights, zero biases, zero padding rows."""
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, std=0.02)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+            if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+                with torch.no_grad():
+                    module.weight[module.padding_idx].zero_()
+        for param in (self.graph_token, self.virtual_distance, self.path_encoding.hop_weight):
+            nn.init.normal_(param, std=0.02)
+
+    def _degree_rows(self, degree: torch.Tensor, mask: torch.Tensor, rows: int) -> torch.Tensor:
+        return torch.where(mask, (degree + 1).clamp(max=rows - 1), 0)
+
+    def _nodes(self, batch: Batch) -> torch.Tensor:
+        """Centrality-encoded node embeddings with the [VNode] first: [B, N+1, d]."""
+        mask = batch.node_mask
+        x = (
+            self.atom_embed(batch.node_feat)
+            + self.in_degree(self._degree_rows(batch.in_degree, mask, self.cfg.num_in_degree))
+            + self.out_degree(self._degree_rows(batch.out_degree, mask, self.cfg.num_out_degree))
+        )
+        return torch.cat([self.graph_token.expand(batch.num_graphs, 1, -1), x], dim=1)
+
+    def attention_bias(self, batch: Batch, dtype: torch.dtype) -> torch.Tensor:
+        """[B, heads, N+1, N+1] in the logits' dtype: spatial + edge encoding between nodes, t
+        between the [VNode] and everything, MASK_VALUE on padding keys."""
+        spd = batch.spd
+        cfg = self.cfg
+        buckets = torch.where(spd == SPD_UNREACHABLE, cfg.num_spatial - 1, (spd + 1).clamp(max=cfg.num_spatial - 2))
+        pair = self.spatial(buckets) + self.path_encoding(batch.path_edges, spd)  # [B, N, N, heads]
+        b, n = batch.num_graphs, batch.max_nodes
+        m = n + 1
+        aligned = -(-m // _BIAS_ALIGN) * _BIAS_ALIGN
+        bias = torch.zeros(b, cfg.num_heads, m, aligned, dtype=dtype, device=spd.device)[..., :m]
+        bias[:, :, 1:, 1:] = pair.permute(0, 3, 1, 2)
+        t = self.virtual_distance.view(1, -1, 1)
+        bias[:, :, 0, :] = t
+        bias[:, :, 1:, 0] = t
+        real_key = F.pad(batch.node_mask, (1, 0), value=True)
+        return bias.masked_fill_(~real_key[:, None, None, :], MASK_VALUE)
+
+    def forward(self, batch: Batch) -> Outputs:
+        for name in ("spd", "in_degree", "out_degree", "path_edges"):
+            if getattr(batch, name) is None:
+                raise ValueError(f"Graphormer needs batch.{name}")
+        x = self._nodes(batch)
+        packing = Packing(F.pad(batch.node_mask, (1, 0), value=True), pairs=False)
+        bias = self.attention_bias(batch, compute_dtype(x))
+        x = dropout(packing.pack_tokens(x), self.cfg.dropout, self.training)
+        for layer in self.layers:
+            x = run_layer(layer, self.cfg.activation_checkpointing and self.training, x, packing, bias)
+        x = packing.unpack_tokens(self.final_ln(x))
+        return Outputs(node=x[:, 1:], edge=None, graph=x[:, 0])

@@ -1,0 +1,69 @@
+"""Task heads: small MLPs on one of a model's outputs, chosen by the task config.
+
+- "graph": graph regression / classification with T outputs, from Outputs.graph (the EGT authors'
+  PCQM4Mv2 head is this with two hidden layers of d_h; Graphormer's is a single linear layer);
+- "node": per-node classes, from Outputs.node;
+- "edge": per-pair classes, from Outputs.edge (EGT with output_edges);
+- "distance": EGT's auxiliary objective, predicting each pair's hop count 0..ν from the output edge
+  embeddings, scored by cross-entropy with weight κ. Pairs farther than ν hops apart, unreachable
+  pairs and padding are not scored, as in the authors' code (which masks those targets out).
+
+Heads return raw scores; losses other than the distance objective belong to the task.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gtscale.data.batch import Batch
+from gtscale.models.config import HeadConfig
+from gtscale.models.layers import ACTIVATIONS
+from gtscale.models.outputs import Outputs
+
+
+class MLP(nn.Module):
+    """Linear layers with an activation between them (none after the last)."""
+
+    def __init__(self, widths: list[int], activation: str):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
+        self.act = ACTIVATIONS[activation]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.layers[0](x)
+        for layer in self.layers[1:]:
+            x = layer(self.act(x))
+        return x
+
+
+class Head(nn.Module):
+    """An MLP reading Outputs.<kind>: graph [B, T], node [B, N, C], edge / distance [B, N, N, C]."""
+
+    def __init__(self, cfg: HeadConfig, in_dim: int):
+        super().__init__()
+        self.cfg = cfg
+        out = cfg.max_hops + 1 if cfg.kind == "distance" else cfg.num_outputs
+        self.mlp = MLP([in_dim, *cfg.hidden, out], cfg.activation)
+
+    def forward(self, outputs: Outputs) -> torch.Tensor:
+        field = "edge" if self.cfg.kind == "distance" else self.cfg.kind
+        return self.mlp(getattr(outputs, field))
+
+    def distance_loss(self, scores: torch.Tensor, batch: Batch) -> torch.Tensor:
+        """κ · mean cross-entropy of the predicted hop counts over the scored pairs."""
+        if self.cfg.kind != "distance":
+            raise ValueError(f"distance_loss belongs to the distance head, not a {self.cfg.kind} head")
+        real = batch.node_mask[:, :, None] & batch.node_mask[:, None, :]
+        target = torch.where(real & (batch.spd <= self.cfg.max_hops), batch.spd, -100)
+        loss = F.cross_entropy(scores.flatten(0, 2).float(), target.flatten(), ignore_index=-100)
+        return self.cfg.weight * loss
+
+
+def head_input_dim(cfg: HeadConfig, model: nn.Module) -> int:
+    """Width of the model output the head reads; an error if the model has no such output."""
+    dim = {"graph": model.graph_dim, "node": model.node_dim}.get(cfg.kind, model.edge_dim)
+    if dim == 0:
+        raise ValueError(f"a {cfg.kind} head needs edge outputs; this model has none (EGT: output_edges: true)")
+    return dim

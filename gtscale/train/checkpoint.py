@@ -1,0 +1,82 @@
+"""Checkpoints that survive preemption: DeepSpeed's own format plus a completion marker.
+
+A checkpoint is `<run>/checkpoints/step-00001200/`, written by `engine.save_checkpoint` on every
+rank (each saves its ZeRO partition). Only after every rank has returned does rank 0 write the
+tag's `COMPLETE` file (atomically); resuming picks the newest tag that has one, so a kill during
+saving leaves the previous checkpoint in charge. DeepSpeed's own `latest` file is not trusted for
+the same reason.
+
+What DeepSpeed does not know travels in its `client_state`: the step, each rank's loader position
+and RNG states (gathered to every rank before saving, since only rank 0 writes client_state), the
+best metric so far and the running target mean.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from gtscale.shards.tario import atomic_write_text
+
+COMPLETE = "COMPLETE"
+BEST_FILE = "best.json"
+
+
+def tag_of(step: int) -> str:
+    return f"step-{step:08d}"
+
+
+def complete_tags(root: Path) -> list[str]:
+    """Tags with a COMPLETE marker, oldest first."""
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and (p / COMPLETE).is_file())
+
+
+def rng_state() -> dict:
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+
+
+def gather_to_all(obj) -> list:
+    """[obj of rank 0, obj of rank 1, …] on every rank (a plain list when not distributed)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return [obj]
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def save(engine, root: Path, step: int, client_state: dict, keep: int, protected: set[str]) -> str:
+    """Save on every rank, mark complete on rank 0, prune old tags beyond `keep` (not `protected`)."""
+    tag = tag_of(step)
+    engine.save_checkpoint(str(root), tag=tag, client_state=client_state)
+    if dist.is_initialized():
+        dist.barrier()
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        atomic_write_text(root / tag / COMPLETE, json.dumps({"step": step}))
+        for old in complete_tags(root)[:-keep] if keep > 0 else []:
+            if old not in protected and old != tag:
+                shutil.rmtree(root / old, ignore_errors=True)
+    if dist.is_initialized():
+        dist.barrier()
+    return tag
+
+
+def load(engine, root: Path, tag: str) -> dict:
+    """Restore model, optimizer and scheduler of `tag`; return its client_state."""
+    path, client_state = engine.load_checkpoint(str(root), tag=tag, load_optimizer_states=True, load_lr_scheduler_states=True)
+    if path is None:
+        raise RuntimeError(f"{root / tag}: DeepSpeed could not load this checkpoint")
+    return client_state

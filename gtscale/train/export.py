@@ -1,0 +1,69 @@
+"""`gtscale export RUN_DIR [--tag best|latest|TAG]`: consolidated fp32 weights + the model config.
+
+DeepSpeed's own ZeRO consolidation (`get_fp32_state_dict_from_zero_checkpoint`) gathers the
+partitions; the result holds tensors only, so `torch.load(path, weights_only=True)` reads it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+import yaml
+
+from gtscale.errors import UserError
+from gtscale.shards.tario import atomic_write_text
+from gtscale.train import checkpoint
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", help="a training run directory")
+    parser.add_argument("--tag", default="best", help="best (default), latest, or a checkpoint tag such as step-00001000")
+    parser.add_argument("--out", default=None, help="output folder (default RUN_DIR/export)")
+
+
+def resolve_tag(run_dir: Path, tag: str) -> str:
+    tags = checkpoint.complete_tags(run_dir / "checkpoints")
+    if not tags:
+        raise UserError(f"{run_dir / 'checkpoints'}: no complete checkpoint")
+    if tag == "latest":
+        return tags[-1]
+    if tag == "best":
+        best = run_dir / checkpoint.BEST_FILE
+        return json.loads(best.read_text())["tag"] if best.is_file() else tags[-1]
+    if tag not in tags:
+        raise UserError(f"{run_dir / 'checkpoints'}: no complete checkpoint {tag!r} (have {', '.join(tags)})")
+    return tag
+
+
+def export(run_dir: Path, tag: str, out: Path) -> Path:
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    tag = resolve_tag(run_dir, tag)
+    state = get_fp32_state_dict_from_zero_checkpoint(str(run_dir / "checkpoints"), tag=tag)
+    state = {k: v.detach().float().contiguous().clone() for k, v in state.items()}
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / "model.pt.tmp"
+    torch.save(state, tmp)
+    tmp.replace(out / "model.pt")
+    model_cfg = dict(config["model_resolved"])
+    atomic_write_text(out / "model.yaml", yaml.safe_dump({**model_cfg, "head": config_head(config)}, sort_keys=False))
+    atomic_write_text(out / "export.json", json.dumps({"run_dir": str(run_dir), "tag": tag, "parameters": sum(v.numel() for v in state.values())}))
+    return out
+
+
+def config_head(config: dict) -> dict:
+    """The head the run trained: the model YAML's head with the task's overrides (as the trainer builds it)."""
+    return {**config["model_resolved"].get("head", {"kind": "graph"}), **config["task"]["head"]}
+
+
+def run(args: argparse.Namespace) -> int:
+    run_dir = Path(args.run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        raise UserError(f"{run_dir}: not a run directory (no config.yaml)")
+    out = export(run_dir, args.tag, Path(args.out) if args.out else run_dir / "export")
+    print(f"wrote {out / 'model.pt'} and {out / 'model.yaml'}")
+    return 0

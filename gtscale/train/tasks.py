@@ -1,0 +1,58 @@
+"""Losses and evaluation of graph-level tasks. Metrics come from OGB's own evaluators.
+
+Targets arrive as Batch.y with y_mask (False where unlabelled: MolPCBA's missing labels, hidden
+test labels); losses average over labelled entries only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from gtscale.errors import UserError
+from gtscale.train.config import TaskConfig
+
+
+def task_loss(scores: torch.Tensor, y: torch.Tensor, y_mask: torch.Tensor, task: TaskConfig) -> torch.Tensor:
+    """Mean loss over labelled targets; 0 (with a graph to the scores) when nothing is labelled."""
+    scores = scores.float()
+    if task.loss == "bce":
+        per_entry = F.binary_cross_entropy_with_logits(scores, y, reduction="none")
+    else:
+        target = (y - task.target_shift) / task.target_scale
+        per_entry = (scores - target).abs() if task.loss == "l1" else (scores - target) ** 2
+    mask = y_mask.to(per_entry.dtype)
+    return (per_entry * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def predictions(scores: torch.Tensor, task: TaskConfig) -> torch.Tensor:
+    """What the evaluator scores: de-normalised values for regression, raw logits for binary tasks
+    (ROC-AUC and AP only rank them)."""
+    scores = scores.float()
+    if task.loss == "bce":
+        return scores
+    return scores * task.target_scale + task.target_shift
+
+
+def evaluate(y_pred: np.ndarray, y_true: np.ndarray, task: TaskConfig) -> dict[str, float]:
+    """{metric: value} from OGB's evaluator on gathered predictions [n, T] and targets (NaN = unlabelled)."""
+    if task.evaluator == "pcqm4mv2":
+        from ogb.lsc import PCQM4Mv2Evaluator
+
+        labelled = ~np.isnan(y_true).any(axis=1)
+        if not labelled.any():
+            return {}
+        result = PCQM4Mv2Evaluator().eval({"y_pred": torch.from_numpy(y_pred[labelled, 0]), "y_true": torch.from_numpy(y_true[labelled, 0])})
+        return {"mae": float(result["mae"])}
+    from ogb.graphproppred import Evaluator
+
+    try:
+        evaluator = Evaluator(task.evaluator)
+    except (KeyError, ValueError) as err:
+        raise UserError(f"task.evaluator: {task.evaluator!r} is not an OGB graph property dataset") from err
+    try:
+        result = evaluator.eval({"y_pred": y_pred, "y_true": y_true})
+    except RuntimeError:  # OGB's answer when no task has both classes in this split: no metric
+        return {}
+    return {k: float(v) for k, v in result.items()}

@@ -1,0 +1,377 @@
+"""The training loop: DeepSpeed engine, streaming loaders, evaluation, checkpoints, preemption.
+
+One `Trainer` per process (started by torchrun, deepspeed or srun). DeepSpeed owns the optimizer
+state (ZeRO 0-3), precision, gradient accumulation and clipping; the loader owns data order; the
+model knows nothing of either. Every collective here is reached by every rank: the per-micro-batch
+all-reduce of [non-finite loss, stop requested, loss sum, micro-batches] is what lets all ranks
+agree to skip a step or to checkpoint and exit.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from gtscale.config import to_dict
+from gtscale.data import schema
+from gtscale.data.batch import Batch
+from gtscale.data.distributed_eval import gather_predictions, lockstep
+from gtscale.data.stream import StreamLoader, build_loader
+from gtscale.train import checkpoint
+from gtscale.train.config import TrainConfig, resolve_model_config
+from gtscale.train.run_log import RunLog
+from gtscale.train.tasks import evaluate, predictions, task_loss
+
+#: Exit status after checkpointing on SIGTERM / SIGUSR1: "stopped for preemption, requeue me".
+#: (75 is EX_TEMPFAIL of sysexits.h: a temporary failure, try again.) slurm/ scripts requeue on it.
+EXIT_PREEMPTED = 75
+
+
+class GraphTaskModel(nn.Module):
+    """Backbone + task head as one module, so DeepSpeed wraps (and ZeRO partitions) both."""
+
+    def __init__(self, backbone: nn.Module, head: nn.Module):
+        super().__init__()
+        self.backbone = backbone
+        self.head = head
+
+    def forward(self, batch: Batch) -> torch.Tensor:
+        return self.head(self.backbone(batch))
+
+
+def build_task_model(cfg: TrainConfig, num_targets: int) -> tuple[GraphTaskModel, dict]:
+    from gtscale.models import build_head, build_model
+
+    model_cfg = resolve_model_config(cfg)
+    backbone = build_model(model_cfg)
+    head_cfg = {**model_cfg.get("head", {"kind": "graph"}), **cfg.task.head, "num_outputs": num_targets}
+    return GraphTaskModel(backbone, build_head(head_cfg, backbone)), model_cfg
+
+
+def load_backbone(model: GraphTaskModel, path: str) -> int:
+    """Start from an exported model's backbone (pretrain → fine-tune); the task head stays new.
+
+    The file is read with weights_only=True: tensors only, nothing in it can run code."""
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    backbone = {k.removeprefix("backbone."): v for k, v in state.items() if k.startswith("backbone.")}
+    missing, unexpected = model.backbone.load_state_dict(backbone, strict=False)
+    if missing or unexpected:
+        from gtscale.errors import UserError
+
+        name = (missing or unexpected)[0]
+        raise UserError(f"init_from: {path} does not fit this model ({'missing' if missing else 'unexpected'} weight {name})")
+    return len(backbone)
+
+
+def loader_keys(backbone: nn.Module, model_cfg: dict) -> tuple[list[str], int]:
+    """Optional Batch fields the model reads (+ targets), and the path-edge distance it needs."""
+    from gtscale.data.collate import BATCH_KEYS
+
+    fields = [f for f in backbone.batch_fields if f in BATCH_KEYS and f != "path_edges"]
+    path_dist = int(model_cfg.get("multi_hop_max_dist", 0)) if "path_edges" in backbone.batch_fields else 0
+    return sorted(set(fields) | {schema.Y}), path_dist
+
+
+def warmup_cosine(step: int, warmup: int, total: int, floor: float) -> float:
+    """LR factor: linear warmup to 1, then cosine decay to `floor` (min_lr / lr) at `total`."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def deepspeed_config(cfg: TrainConfig, world_size: int, micro_batch: int) -> dict:
+    ds = cfg.deepspeed
+    zero: dict = {"stage": ds.zero_stage}
+    if ds.offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": torch.cuda.is_available()}
+    out = {
+        # With node-budget batching the graph count varies; DeepSpeed uses these numbers only for
+        # its bookkeeping, the loss is a mean over each micro-batch's labelled targets.
+        "train_micro_batch_size_per_gpu": micro_batch,
+        "gradient_accumulation_steps": ds.gradient_accumulation_steps,
+        "train_batch_size": micro_batch * ds.gradient_accumulation_steps * world_size,
+        "optimizer": {
+            "type": "AdamW",
+            "params": {
+                "lr": cfg.optimizer.lr,
+                "betas": list(cfg.optimizer.betas),
+                "eps": cfg.optimizer.eps,
+                "weight_decay": cfg.optimizer.weight_decay,
+                # torch's AdamW unless offloading (then DeepSpeed's CPU Adam runs the step).
+                "torch_adam": not ds.offload_optimizer,
+            },
+        },
+        "zero_optimization": zero,
+        "gradient_clipping": ds.gradient_clipping,
+        "bf16": {"enabled": ds.precision == "bf16"},
+        "fp16": {"enabled": ds.precision == "fp16", "loss_scale": 0},
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+    }
+    out.update(ds.extra)
+    return out
+
+
+@dataclass
+class StepResult:
+    loss: float
+    graphs: int  # graphs this rank trained on in the step
+    skipped: int  # micro-batches dropped for a non-finite loss
+    stop: bool  # a rank received SIGTERM / SIGUSR1
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, resume: str = "never"):
+        import deepspeed
+
+        self.cfg = cfg
+        self.run_dir = Path(cfg.run_dir)
+        self.ckpt_dir = self.run_dir / "checkpoints"
+        if not dist.is_initialized():
+            backend = "nccl" if torch.cuda.is_available() else "gloo"
+            deepspeed.init_distributed(dist_backend=backend)
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        torch.manual_seed(cfg.seed)  # identical initial weights on every rank
+        np.random.seed(cfg.seed + self.rank)
+
+        from gtscale.shards.manifest import load_manifest
+
+        self.manifest = load_manifest(cfg.data.shards)
+        num_targets = int(self.manifest["task"]["num_targets"])
+        model, self.model_cfg = build_task_model(cfg, num_targets)
+        if cfg.init_from is not None:
+            load_backbone(model, cfg.init_from)
+        keys, path_dist = loader_keys(model.backbone, self.model_cfg)
+        loader_cfg = cfg.data.loader
+        loader_cfg.keys, loader_cfg.path_edges_max_dist = keys, path_dist
+        self.train_loader = build_loader(self.manifest, cfg.data.train_split, loader_cfg, train=True, rank=self.rank, world_size=self.world_size)
+        self.eval_loader = build_loader(self.manifest, cfg.data.eval_split, loader_cfg, train=False, rank=self.rank, world_size=self.world_size)
+
+        micro = loader_cfg.batch_size if loader_cfg.batching == "graphs" else 1
+        floor = cfg.schedule.min_lr / cfg.optimizer.lr if cfg.optimizer.lr > 0 else 0.0
+        schedule = lambda optimizer: torch.optim.lr_scheduler.LambdaLR(  # noqa: E731
+            optimizer, lambda s: warmup_cosine(s, cfg.schedule.warmup_steps, cfg.schedule.total_steps, floor)
+        )
+        self.engine, _, _, self.scheduler = deepspeed.initialize(
+            model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
+            lr_scheduler=schedule, config=deepspeed_config(cfg, self.world_size, micro),
+        )
+        self.device = self.engine.device
+        self.float_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.deepspeed.precision, torch.float32)
+
+        self.step = 0
+        self.best: dict = {}
+        self.target_sum = torch.zeros(num_targets, dtype=torch.float64)
+        self.target_count = torch.zeros(num_targets, dtype=torch.float64)
+        self._stop_signal = False
+        self._resume(resume)
+        if self.rank == 0:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            from gtscale.shards.tario import atomic_write_text
+            import yaml
+
+            resolved = to_dict(cfg) | {"model_resolved": self.model_cfg, "world_size": self.world_size}
+            atomic_write_text(self.run_dir / "config.yaml", yaml.safe_dump(resolved, sort_keys=False))
+        dist.barrier()
+        self.log = RunLog(self.run_dir, self.rank == 0, cfg.logging.tensorboard, cfg.logging.progress, cfg.schedule.total_steps, self.step)
+
+    # --- resume / checkpoint ---------------------------------------------------------------
+    def _resume(self, resume: str) -> None:
+        tags = checkpoint.complete_tags(self.ckpt_dir)
+        if resume == "never":
+            if tags:
+                from gtscale.errors import UserError
+
+                raise UserError(f"{self.run_dir}: holds checkpoints ({tags[-1]}); pass --resume auto to continue it, or choose another run_dir")
+            return
+        tag = tags[-1] if resume == "auto" else resume
+        if resume == "auto" and not tags:
+            return
+        state = checkpoint.load(self.engine, self.ckpt_dir, tag)
+        if len(state["loader"]) != self.world_size:
+            raise RuntimeError(f"{self.ckpt_dir / tag}: saved by {len(state['loader'])} ranks, resuming with {self.world_size}")
+        self.step, self.best = state["step"], state["best"]
+        self.target_sum, self.target_count = state["target_sum"], state["target_count"]
+        self.train_loader.load_state_dict(state["loader"][self.rank])
+        checkpoint.set_rng_state(state["rng"][self.rank])
+
+    def save_checkpoint(self) -> str:
+        client_state = {
+            "step": self.step,
+            "best": self.best,
+            "target_sum": self.target_sum,
+            "target_count": self.target_count,
+            "loader": checkpoint.gather_to_all(self.train_loader.state_dict()),
+            "rng": checkpoint.gather_to_all(checkpoint.rng_state()),
+        }
+        protected = {self.best["tag"]} if "tag" in self.best else set()
+        return checkpoint.save(self.engine, self.ckpt_dir, self.step, client_state, self.cfg.checkpoint.keep, protected)
+
+    def _on_signal(self, signum, frame) -> None:
+        self._stop_signal = True  # acted on at the next micro-batch boundary, by every rank together
+
+    # --- data ----------------------------------------------------------------------------------
+    def _train_batches(self) -> Iterator[Batch]:
+        """Endless stream of this rank's batches. The loader advances its own epoch when one ends
+        and, after load_state_dict, continues mid-epoch: it owns the position, the trainer does not."""
+        while True:
+            yield from self.train_loader
+
+    def _to_device(self, batch: Batch) -> Batch:
+        batch = batch.to(self.device, non_blocking=True)
+        if self.float_dtype != torch.float32:
+            for name in ("svd_pe", "lap_pe", "lap_eigval"):
+                value = getattr(batch, name)
+                if value is not None:
+                    setattr(batch, name, value.to(self.float_dtype))
+        return batch
+
+    # --- one step ---------------------------------------------------------------------------------
+    def train_step(self, batches: Iterator[Batch]) -> StepResult:
+        """One optimizer step = gradient_accumulation_steps micro-batches that all ranks agree are finite."""
+        self.engine.train()
+        done = skipped = graphs = 0
+        loss_sum = 0.0
+        stop = False
+        while done < self.cfg.deepspeed.gradient_accumulation_steps:
+            batch = self._to_device(next(batches))
+            scores = self.engine(batch)
+            loss = task_loss(scores, batch.y, batch.y_mask, self.cfg.task)
+            flags = torch.tensor([0.0 if torch.isfinite(loss) else 1.0, float(self._stop_signal), loss.item() if torch.isfinite(loss) else 0.0], dtype=torch.float64)
+            dist.all_reduce(flags)  # sums: any non-finite, any stop request, total loss
+            if flags[0] > 0:
+                skipped += 1
+                self.engine.zero_grad()
+                if skipped >= self.cfg.max_nonfinite:
+                    raise FloatingPointError(f"{skipped} non-finite losses in a row at step {self.step}; stopping (lower optimizer.lr or check the data)")
+                continue
+            self.engine.backward(loss)
+            self.engine.step()
+            self._count_targets(batch)
+            graphs += batch.num_graphs
+            loss_sum += float(flags[2]) / self.world_size
+            done += 1
+            stop = stop or bool(flags[1] > 0)
+        self.step += 1
+        return StepResult(loss_sum / done, graphs, skipped, stop)
+
+    def _count_targets(self, batch: Batch) -> None:
+        mask = batch.y_mask.cpu()
+        self.target_sum += torch.where(mask, batch.y.cpu(), 0).double().sum(0)
+        self.target_count += mask.double().sum(0)
+
+    # --- evaluation -------------------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Metrics of the eval split, each sample predicted exactly once across ranks (OGB Evaluator)."""
+        self.engine.eval()
+        idx, rows = [], []
+        filler = self.eval_loader.filler_batch()
+        for batch in lockstep(self.eval_loader, filler, device=self.device if self.device.type == "cuda" else "cpu"):
+            batch = self._to_device(batch)
+            pred = predictions(self.engine(batch), self.cfg.task)
+            target = torch.where(batch.y_mask, batch.y.float(), torch.nan)
+            idx.append(batch.idx)
+            rows.append(torch.cat([pred, target], dim=1))
+        expected = self.eval_loader.num_samples if self.cfg.data.loader.on_error == "raise" else None
+        all_idx, all_rows = gather_predictions(idx, rows, expected=expected)
+        t = all_rows.shape[1] // 2
+        y_pred, y_true = all_rows[:, :t].numpy(), all_rows[:, t:].numpy()
+        if self.rank == 0:
+            self._save_predictions(all_idx.numpy(), y_pred, y_true)
+        metrics = evaluate(y_pred, y_true, self.cfg.task)
+        if self.cfg.task.loss != "bce":
+            totals = self.target_sum.clone(), self.target_count.clone()
+            dist.all_reduce(totals[0])
+            dist.all_reduce(totals[1])
+            mean = (totals[0] / totals[1].clamp(min=1)).numpy()
+            labelled = ~np.isnan(y_true)
+            metrics["mean_predictor_mae"] = float(np.abs(y_true - mean)[labelled].mean()) if labelled.any() else float("nan")
+        metrics["samples"] = int(all_idx.numel())
+        return metrics
+
+    def _save_predictions(self, idx: np.ndarray, y_pred: np.ndarray, y_true: np.ndarray) -> None:
+        """predictions/<split>-step<N>.npz: what the metrics were computed from, by source idx."""
+        folder = self.run_dir / "predictions"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{self.cfg.data.eval_split}-step{self.step:08d}.npz"
+        tmp = path.with_name(path.name + ".tmp.npz")
+        np.savez(tmp, idx=idx, y_pred=y_pred, y_true=y_true)
+        tmp.replace(path)
+
+    def optimizer_state_bytes(self) -> int:
+        """Bytes of optimizer state (Adam moments, and ZeRO's fp32 partitions) held by this rank."""
+        optimizer = self.engine.optimizer
+        while not isinstance(optimizer, torch.optim.Optimizer) and hasattr(optimizer, "optimizer"):
+            optimizer = optimizer.optimizer  # ZeRO wrappers hold the torch optimizer of their partition
+        tensors = [t for state in optimizer.state.values() for t in state.values() if torch.is_tensor(t) and t.dim() > 0]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    def _maybe_best(self, metrics: dict[str, float]) -> bool:
+        name = self.cfg.task.metric
+        if name not in metrics:
+            return False
+        value = metrics[name]
+        better = "value" not in self.best or (value > self.best["value"] if self.cfg.task.higher_is_better else value < self.best["value"])
+        if better:
+            self.best = {"metric": name, "value": value, "step": self.step, "tag": checkpoint.tag_of(self.step)}
+        return better
+
+    # --- the run ------------------------------------------------------------------------------------
+    def fit(self) -> int:
+        """Train to schedule.total_steps (or max_steps); returns the process exit status."""
+        cfg = self.cfg
+        for signum in (signal.SIGTERM, signal.SIGUSR1):
+            signal.signal(signum, self._on_signal)
+        last_stop = min(cfg.schedule.total_steps, cfg.max_steps or cfg.schedule.total_steps)
+        batches = self._train_batches()
+        window_start, window_graphs, window_steps = time.perf_counter(), 0, 0
+        try:
+            while self.step < last_stop:
+                result = self.train_step(batches)
+                window_steps += 1
+                lr = self.scheduler.get_last_lr()[0]
+                if window_steps == 1 and self.step == 1:  # optimizer state exists after the first step
+                    per_rank = checkpoint.gather_to_all(self.optimizer_state_bytes())
+                    self.log.metrics(self.step, "memory", {f"optimizer_state_bytes_rank{r}": b for r, b in enumerate(per_rank)})
+                if result.skipped:
+                    self.log.message(f"step {self.step}: skipped {result.skipped} micro-batch(es) with a non-finite loss")
+                    self.log.metrics(self.step, "train", {"nonfinite_skipped": result.skipped})
+                if self.step % cfg.logging.every == 0 or self.step == last_stop:
+                    elapsed = time.perf_counter() - window_start
+                    self.log.metrics(self.step, "train", {"loss": result.loss, "lr": lr, "steps_per_s": window_steps / elapsed, "epoch": self.train_loader.epoch})
+                    window_start, window_steps = time.perf_counter(), 0
+                self.log.progress(1, loss=result.loss, lr=lr)
+                evaluate_now = cfg.eval.every and self.step % cfg.eval.every == 0 or self.step == last_stop
+                save_now = self.step % cfg.checkpoint.every == 0 or self.step == last_stop
+                if evaluate_now:
+                    metrics = self.evaluate()
+                    save_now = self._maybe_best(metrics) or save_now
+                    self.log.metrics(self.step, cfg.data.eval_split, metrics)
+                    self.log.message(f"step {self.step} {cfg.data.eval_split}: " + " ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()))
+                if save_now or result.stop:
+                    self.save_checkpoint()
+                    if self.rank == 0 and "tag" in self.best:
+                        from gtscale.shards.tario import atomic_write_text
+                        import json
+
+                        atomic_write_text(self.run_dir / checkpoint.BEST_FILE, json.dumps(self.best))
+                if result.stop:
+                    self.log.message(f"step {self.step}: stop requested by signal; checkpoint saved, exiting with {EXIT_PREEMPTED} for requeue")
+                    return EXIT_PREEMPTED
+        finally:
+            self.log.close()
+        return 0

@@ -1,0 +1,67 @@
+"""`gtscale model-info` and `gtscale bench model`, end to end through the CLI."""
+
+import json
+
+import pytest
+import yaml
+
+from gtscale.bench.model import PCQM4MV2_MEAN_ATOMS, molecule_batch, sample_molecules
+from gtscale.cli import main
+from gtscale.errors import UserError
+from gtscale.models import build_model
+
+from conftest import TINY_EGT, TINY_GRAPHORMER
+
+
+def test_model_info_prints_counts(capsys):
+    assert main(["model-info", "egt-small"]) == 0
+    out = capsys.readouterr().out
+    assert "11,463,809" in out and "virtual_nodes" in out and "layers" in out
+
+
+def test_model_info_bad_key(tmp_path, capsys):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({**TINY_EGT, "num_layer": 3}))
+    assert main(["model-info", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "num_layer: unknown key" in err and len(err.strip().splitlines()) == 1
+
+
+def test_build_model_rejects_unknown_names_and_bad_values():
+    with pytest.raises(UserError, match="'gat' is not a model"):
+        build_model({"name": "gat"})
+    with pytest.raises(UserError, match="num_heads"):
+        build_model({**TINY_EGT, "num_heads": 3})
+
+
+def test_sampled_molecules_follow_pcqm4mv2_sizes():
+    from rdkit import Chem
+
+    sizes = [Chem.MolFromSmiles(s).GetNumAtoms() for s in sample_molecules(400, seed=0, max_atoms=51)]
+    assert 1 <= min(sizes) and max(sizes) <= 51
+    assert abs(sum(sizes) / len(sizes) - PCQM4MV2_MEAN_ATOMS) < 1.5
+    assert sample_molecules(8, seed=3, max_atoms=28) == sample_molecules(8, seed=3, max_atoms=28)
+
+
+def test_molecule_batch_is_consistent():
+    batch = molecule_batch(sample_molecules(6, seed=1, max_atoms=20), pad_to=24, svd_rank=4, path_hops=3)
+    assert batch.max_nodes == 24
+    one_hop = batch.spd == 1
+    assert (batch.path_edges[..., 0, :][one_hop] == batch.edge_feat[one_hop]).all()
+    assert ((batch.edge_feat[..., 0] > 0) == one_hop).all()
+    assert (batch.in_degree == one_hop.sum(dim=1)).all()
+
+
+@pytest.mark.parametrize("cfg", [TINY_EGT, TINY_GRAPHORMER], ids=["egt", "graphormer"])
+def test_bench_model_runs_and_writes_json(tmp_path, capsys, cfg):
+    model_path, json_path = tmp_path / "tiny.yaml", tmp_path / "out.json"
+    model_path.write_text(yaml.safe_dump(cfg))
+    argv = ["bench", "model", "--model", str(model_path), "--batch-size", "4", "--precision", "fp32",
+            "--steps", "1", "--warmup", "0", "--pad-to", "20", "--threads", "1", "--json", str(json_path)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "graphs/s" in out and "padded N = 20" in out
+    figures = json.loads(json_path.read_text())
+    (result,) = figures["results"]
+    assert result["graphs_per_s"] > 0 and result["gflop_per_step"] > 0 and result["peak_mem_mb"] > 0
+    assert figures["setup"]["padded_nodes"] == 20 and figures["setup"]["threads"] == 1

@@ -1,0 +1,235 @@
+"""EGT specifics: each ablation switch changes what it should and nothing else, the centrality
+scalers, the virtual-node edge rule, the graph readouts and the input encodings."""
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import SVD_RANK, TINY_EGT, make_batch
+from gtscale.data.schema import ATOM_FEATURE_DIMS, SPD_UNREACHABLE
+from gtscale.errors import UserError
+from gtscale.models import build_model
+from gtscale.models.egt import VirtualNodes
+
+
+def _egt(**overrides):
+    torch.manual_seed(0)
+    return build_model({**TINY_EGT, **overrides}).eval()
+
+
+def _path_graph(n: int, x_seed: int = 0) -> dict:
+    rng = np.random.default_rng(x_seed)
+    src = list(range(n - 1)) + list(range(1, n))
+    dst = list(range(1, n)) + list(range(n - 1))
+    attr = np.zeros((2 * (n - 1), 3), dtype=np.int64)
+    return {
+        "x": np.stack([rng.integers(0, d, n) for d in ATOM_FEATURE_DIMS], axis=1),
+        "edge_index": np.array([src, dst]),
+        "edge_attr": attr,
+        "svd_pe": rng.standard_normal((n, 2 * SVD_RANK)).astype(np.float32),
+    }
+
+
+def _layer_outputs(model, batch):
+    """(h, e) packed outputs of every layer."""
+    seen = []
+    hooks = [layer.register_forward_hook(lambda m, args, out: seen.append(out)) for layer in model.layers]
+    with torch.no_grad():
+        model(batch)
+    for hook in hooks:
+        hook.remove()
+    return seen
+
+
+def test_simple_never_updates_edges_and_changes_nothing_else(graphs):
+    full, simple = _egt(output_edges=False), _egt(output_edges=False, simple=True)
+    missing, unexpected = simple.load_state_dict(full.state_dict(), strict=False)
+    assert not missing
+    assert unexpected and all(".out_e." in k or ".ffn_e." in k for k in unexpected)
+    batch = make_batch(graphs)
+    full_layers, simple_layers = _layer_outputs(full, batch), _layer_outputs(simple, batch)
+    # every layer of EGT-Simple passes the input edge channels through unchanged
+    assert all(torch.equal(e, simple_layers[0][1]) for _, e in simple_layers)
+    assert not torch.equal(full_layers[0][1], simple_layers[0][1])
+    # the first layer's node update is the same; from the second on the edge updates matter
+    torch.testing.assert_close(simple_layers[0][0], full_layers[0][0])
+    assert not torch.allclose(simple_layers[1][0], full_layers[1][0])
+    with torch.no_grad():
+        assert simple(batch).edge is None
+
+
+def test_simple_rejects_an_edge_output():
+    with pytest.raises(UserError, match="simple"):
+        build_model({**TINY_EGT, "simple": True, "output_edges": True})
+
+
+@pytest.mark.parametrize("constrained, moved", [(True, {2, 3, 4}), (False, {0, 1, 2, 3, 4})])
+def test_constrained_attends_to_one_hop_only(constrained, moved):
+    """One layer, no virtual nodes, path 0-1-2-3-4: changing node 3 moves, under EGT-Constrained,
+    only nodes within one hop of it (2, 3, 4)."""
+    model = _egt(num_layers=1, num_virtual_nodes=0, constrained=constrained)
+    g = _path_graph(5)
+    changed = {**g, "x": g["x"].copy()}
+    changed["x"][3, 0] = (changed["x"][3, 0] + 1) % ATOM_FEATURE_DIMS[0]
+    with torch.no_grad():
+        before, after = model(make_batch([g])).node[0], model(make_batch([changed])).node[0]
+    differs = {i for i in range(5) if not torch.allclose(before[i], after[i], atol=1e-6)}
+    assert differs == moved
+
+
+def test_constrained_has_the_same_parameters():
+    plain, constrained = _egt(), _egt(constrained=True)
+    assert plain.state_dict().keys() == constrained.state_dict().keys()
+
+
+def test_ungated_equals_gated_with_saturated_gates(graphs):
+    gated, ungated = _egt(scale_degree=False), _egt(gated=False, scale_degree=False)
+    heads = TINY_EGT["num_heads"]
+    with torch.no_grad():
+        for layer in gated.layers:
+            layer.edge_in.weight[heads:] = 0
+            layer.edge_in.bias[heads:] = 50.0  # σ(50) == 1.0 in fp32
+    state = gated.state_dict()
+    for i in range(len(gated.layers)):
+        state[f"layers.{i}.edge_in.weight"] = state[f"layers.{i}.edge_in.weight"][:heads]
+        state[f"layers.{i}.edge_in.bias"] = state[f"layers.{i}.edge_in.bias"][:heads]
+        assert ungated.layers[i].edge_in.out_features == heads
+    ungated.load_state_dict(state)
+    batch = make_batch(graphs)
+    with torch.no_grad():
+        torch.testing.assert_close(ungated(batch).graph, gated(batch).graph)
+        layer = gated.layers[0]
+        layer.edge_in.bias[heads:] = 0.0
+        assert not torch.allclose(ungated(batch).graph, gated(batch).graph)
+
+
+def test_scale_degree_needs_gates():
+    with pytest.raises(UserError, match="scale_degree"):
+        build_model({**TINY_EGT, "gated": False})
+
+
+def test_centrality_scalers(graphs):
+    """With constant gates σ(c), V̂ is scaled by ln(1 + Σ_j σ(c)) over the real tokens j of the
+    graph, and by exactly 1 on the virtual nodes."""
+    model = _egt(num_layers=1)
+    layer, heads, c = model.layers[0], TINY_EGT["num_heads"], 0.3
+    with torch.no_grad():
+        layer.edge_in.weight[heads:] = 0
+        layer.edge_in.bias[heads:] = c
+        batch = make_batch(graphs)
+        h, e = model._inputs(batch)
+        ctx = model._context(batch, torch.float32)
+        h, e = ctx.packing.pack_tokens(h), ctx.packing.pack_pairs(e)
+        scaled, _ = layer.attention(h, e, ctx)
+        layer.scale_degree = False
+        plain, _ = layer.attention(h, e, ctx)
+    v = TINY_EGT["num_virtual_nodes"]
+    tokens = [v + g["x"].shape[0] for g in graphs]
+    expected = torch.cat([
+        torch.cat([torch.ones(v), torch.full((t - v,), float(np.log1p(t / (1 + np.exp(-c)))))])
+        for t in tokens
+    ])
+    torch.testing.assert_close(scaled, plain * expected[:, None], atol=1e-5, rtol=1e-5)
+
+
+def test_virtual_edge_rule():
+    torch.manual_seed(0)
+    vn = VirtualNodes(3, 4, 2)
+    h, e = torch.randn(2, 5, 4), torch.randn(2, 5, 5, 2)
+    h2, e2 = vn(h, e)
+    assert h2.shape == (2, 8, 4) and e2.shape == (2, 8, 8, 2)
+    torch.testing.assert_close(h2[:, :3], vn.node.expand(2, 3, 4))
+    torch.testing.assert_close(e2[:, 3:, 3:], e)
+    for i in range(3):
+        torch.testing.assert_close(e2[:, i, 3:], vn.edge[i].expand(2, 5, 2))  # virtual → graph node
+        torch.testing.assert_close(e2[:, 3:, i], vn.edge[i].expand(2, 5, 2))  # graph node → virtual
+        for j in range(3):
+            torch.testing.assert_close(e2[:, i, j], (0.5 * (vn.edge[i] + vn.edge[j])).expand(2, 2))
+
+
+def test_graph_readouts(graphs):
+    batch = make_batch(graphs)
+    with torch.no_grad():
+        out = _egt()(batch)
+        pooled = _egt(num_virtual_nodes=0)(batch)
+    assert out.graph.shape == (len(graphs), TINY_EGT["node_width"] * TINY_EGT["num_virtual_nodes"])
+    mean = pooled.node.sum(dim=1) / batch.node_mask.sum(dim=1, keepdim=True)
+    torch.testing.assert_close(pooled.graph, mean)
+
+
+def test_output_edges_switch(graphs):
+    with_edges, without = _egt(), _egt(output_edges=False)
+    assert with_edges.layers[-1].update_edges and not without.layers[-1].update_edges
+    assert with_edges.edge_dim == TINY_EGT["edge_width"] and without.edge_dim == 0
+    with torch.no_grad():
+        assert without(make_batch(graphs)).edge is None
+        assert with_edges(make_batch(graphs)).edge.shape[-1] == TINY_EGT["edge_width"]
+
+
+def test_hops_beyond_k_share_the_unreachable_embedding(graphs):
+    model = _egt()
+    batch = make_batch(graphs)
+    k = TINY_EGT["upto_hop"]
+    far = batch.spd > k
+    assert far.any() and (batch.spd == SPD_UNREACHABLE).any()
+    moved = make_batch(graphs)
+    moved.spd[far] = k + 1
+    closer = make_batch(graphs)
+    closer.spd[far] = k
+    with torch.no_grad():
+        torch.testing.assert_close(model(moved).graph, model(batch).graph)
+        assert not torch.allclose(model(closer).graph, model(batch).graph)
+
+
+def test_svd_encoding_uses_the_top_rank_of_each_half(graphs):
+    model = _egt(svd_rank=2)  # the batch holds rank SVD_RANK = 4: U√Σ in 0..3, V√Σ in 4..7
+    batch = make_batch(graphs)
+    with torch.no_grad():
+        base = model(batch).graph
+        unused = make_batch(graphs)
+        unused.svd_pe[..., [2, 3, 6, 7]] += 1.0
+        torch.testing.assert_close(model(unused).graph, base)
+        used = make_batch(graphs)
+        used.svd_pe[..., 5] += 1.0
+        assert not torch.allclose(model(used).graph, base)
+
+
+@pytest.mark.parametrize("num_virtual", [-1, 0, 2])
+def test_fused_gated_attention_gradients(num_virtual):
+    """The hand-written backward of eq. 4 and 8-9 against autograd on the plain expression, with
+    attention dropout on (same RNG draw) and one fully masked row."""
+    from gtscale.models.egt import _GatedAttention
+
+    torch.manual_seed(0)
+    shape, p = (2, 3, 5, 5), 0.3
+    h_hat, gate_logits = torch.randn(shape, dtype=torch.double), torch.randn(shape, dtype=torch.double)
+    v = torch.randn(2, 3, 5, 4, dtype=torch.double)
+    allowed = torch.rand(1, 3, 5, 5) > 0.3
+    allowed[..., 4, :] = False  # a padding query: every key masked
+    logit_mask = torch.zeros(allowed.shape, dtype=torch.double).masked_fill(~allowed, -1e4)
+    gate_mask = allowed.double()
+    grad = torch.randn(2, 3, 5, 4, dtype=torch.double)
+
+    def run(fused: bool):
+        inputs = [t.clone().requires_grad_() for t in (h_hat, gate_logits, v)]
+        torch.manual_seed(7)
+        if fused:
+            out = _GatedAttention.apply(*inputs, logit_mask, gate_mask, p, num_virtual)
+        else:
+            h, g, vv = inputs
+            gates = torch.sigmoid(g) * gate_mask
+            keep = torch.rand(shape) >= p
+            attn = torch.softmax(h + logit_mask, dim=-1) * gates * keep / (1 - p)
+            out = attn @ vv
+            if num_virtual >= 0:
+                scaler = torch.log1p(gates.sum(-1, keepdim=True))
+                scaler = torch.cat([torch.ones_like(scaler[:, :, :num_virtual]), scaler[:, :, num_virtual:]], dim=2)
+                out = out * scaler
+        out.backward(grad)
+        return out, [t.grad for t in inputs]
+
+    (out, grads), (ref, ref_grads) = run(True), run(False)
+    torch.testing.assert_close(out, ref)
+    for got, expected in zip(grads, ref_grads):
+        torch.testing.assert_close(got, expected)
+    assert torch.isfinite(out).all()

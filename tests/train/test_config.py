@@ -1,0 +1,51 @@
+"""A bad training config is refused before any process group starts: one line, exit status 2."""
+
+import subprocess
+import sys
+
+import pytest
+
+from launcher import REPO, write_config
+
+
+def train_cli(*args):
+    return subprocess.run([sys.executable, "-m", "gtscale.cli", "train", *args], capture_output=True, text=True, cwd=REPO, timeout=120)
+
+
+@pytest.mark.parametrize(
+    "override,needle",
+    [
+        ("optimizer.lrr=0.1", "optimizer.lrr: unknown key"),
+        ("optimizer.lr=fast", "optimizer.lr: expected a number"),
+        ("deepspeed.zero_stage=4", "zero_stage must be 0, 1, 2 or 3"),
+        ("data.shards=/nonexistent/shards", "/nonexistent/shards/manifest.json not found"),
+        ("data.loader.batching=bytes", "data.loader.batching"),
+        ("deepspeed=zero9", "no preset 'zero9'"),
+        ("init_from=/nope/model.pt", "init_from: /nope/model.pt not found"),
+        ("model=egt-huge", "egt-huge: no such model config"),
+    ],
+)
+def test_bad_config_is_one_line_and_exit_2(tpsa_shards, tmp_path, override, needle):
+    cfg = write_config(tmp_path / "c.yaml", tpsa_shards, tmp_path / "run")
+    result = train_cli(str(cfg), override)
+    assert result.returncode == 2, result.stderr
+    lines = [l for l in result.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and needle in lines[0], result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_deepspeed_preset_and_overrides(tpsa_shards, tmp_path):
+    from gtscale.train.config import load_train_config
+
+    cfg = write_config(tmp_path / "c.yaml", tpsa_shards, tmp_path / "run", deepspeed="zero3-offload")
+    loaded = load_train_config(cfg, ["deepspeed.precision=fp32"])
+    assert loaded.deepspeed.zero_stage == 3 and loaded.deepspeed.offload_optimizer and loaded.deepspeed.precision == "fp32"
+
+
+def test_warmup_cosine_schedule():
+    from gtscale.train.trainer import warmup_cosine
+
+    factors = [warmup_cosine(s, 10, 110, 0.1) for s in range(111)]
+    assert factors[0] == pytest.approx(0.1) and factors[9] == pytest.approx(1.0)
+    assert factors[10] == pytest.approx(1.0) and factors[60] == pytest.approx(0.55) and factors[110] == pytest.approx(0.1)
+    assert all(a >= b for a, b in zip(factors[10:], factors[11:]))

@@ -1,0 +1,106 @@
+"""The trainer with real DeepSpeed on 2 CPU processes (gloo), started as srun would start it."""
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from launcher import logs, metrics, run_ranks, start_ranks, wait_all, write_config
+
+pytestmark = pytest.mark.slow
+
+
+def losses(run_dir, steps):
+    rows = metrics(run_dir)
+    return np.array([rows[s]["loss"] for s in steps])
+
+
+def test_two_ranks_equal_one_rank_with_accumulation(tpsa_shards, tmp_path):
+    """2 ranks × micro-batch b ≡ 1 rank × 2 accumulated micro-batches of b (ZeRO-2), step for step.
+
+    Rank r of the 2-rank run reads the shards that DataLoader worker r of the 1-rank run reads, and
+    the DataLoader interleaves its 2 workers' batches: the same data meets the same weights."""
+    common = {"shuffle_buffer": 0, "bucketing": False, "sign_flip": False}
+    two = write_config(tmp_path / "two.yaml", tpsa_shards, tmp_path / "two", data={"loader": {**common, "num_workers": 1, "epoch_batches": 50}})
+    one = write_config(
+        tmp_path / "one.yaml", tpsa_shards, tmp_path / "one",
+        data={"loader": {**common, "num_workers": 2, "epoch_batches": 100}}, deepspeed={"gradient_accumulation_steps": 2},
+    )
+    assert run_ranks(2, [str(two)], tmp_path / "log2") == [0, 0], logs(tmp_path / "log2")
+    assert run_ranks(1, [str(one)], tmp_path / "log1") == [0], logs(tmp_path / "log1")
+    steps = range(1, 21)
+    a, b = losses(tmp_path / "two", steps), losses(tmp_path / "one", steps)
+    assert np.allclose(a, b, rtol=1e-5, atol=1e-6), np.c_[a, b]
+    assert not np.allclose(a[:5], a[-5:])  # it trained
+
+
+def test_sigkill_then_resume_equals_uninterrupted(tpsa_shards, tmp_path):
+    sections = dict(schedule={"total_steps": 30}, checkpoint={"every": 10})
+    ref = write_config(tmp_path / "ref.yaml", tpsa_shards, tmp_path / "ref", **sections)
+    assert run_ranks(2, [str(ref)], tmp_path / "logr") == [0, 0], logs(tmp_path / "logr")
+
+    cfg = write_config(tmp_path / "cut.yaml", tpsa_shards, tmp_path / "cut", **sections)
+    procs = start_ranks(2, [str(cfg)], tmp_path / "logc")
+    deadline = time.time() + 240
+    while not (tmp_path / "cut" / "checkpoints" / "step-00000010" / "COMPLETE").exists() or max(metrics(tmp_path / "cut"), default=0) < 14:
+        assert time.time() < deadline and all(p.poll() is None for p in procs), logs(tmp_path / "logc")
+        time.sleep(0.05)
+    for p in procs:
+        p.send_signal(signal.SIGKILL)
+    wait_all(procs)
+    killed_at = max(metrics(tmp_path / "cut"))
+    assert killed_at < 30
+    assert run_ranks(2, [str(cfg), "--resume", "auto"], tmp_path / "logc2") == [0, 0], logs(tmp_path / "logc2")
+    steps = range(11, 31)
+    assert np.allclose(losses(tmp_path / "cut", steps), losses(tmp_path / "ref", steps), rtol=1e-6, atol=1e-7)
+
+
+def test_sigusr1_checkpoints_and_exits_for_requeue(tpsa_shards, tmp_path):
+    from gtscale.train.trainer import EXIT_PREEMPTED
+
+    cfg = write_config(tmp_path / "c.yaml", tpsa_shards, tmp_path / "run", schedule={"total_steps": 5000})
+    procs = start_ranks(2, [str(cfg)], tmp_path / "log")
+    deadline = time.time() + 240
+    while max(metrics(tmp_path / "run"), default=0) < 3:
+        assert time.time() < deadline and all(p.poll() is None for p in procs), logs(tmp_path / "log")
+        time.sleep(0.05)
+    procs[1].send_signal(signal.SIGUSR1)  # one rank told: all ranks agree to stop at the same step
+    assert wait_all(procs, timeout=120) == [EXIT_PREEMPTED, EXIT_PREEMPTED], logs(tmp_path / "log")
+    tags = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir() if (p / "COMPLETE").exists())
+    assert len(tags) == 1 and int(tags[0].split("-")[1]) == max(metrics(tmp_path / "run"))
+    assert len(list((tmp_path / "run" / "checkpoints" / tags[0]).glob("zero_pp_rank_*_optim_states.pt"))) == 2
+
+
+def test_zero_stages_partition_optimizer_state(tpsa_shards, tmp_path):
+    per_rank = {}
+    for stage in (0, 1, 2, 3):
+        cfg = write_config(tmp_path / f"z{stage}.yaml", tpsa_shards, tmp_path / f"z{stage}", schedule={"total_steps": 2, "warmup_steps": 1}, deepspeed={"zero_stage": stage})
+        assert run_ranks(2, [str(cfg)], tmp_path / f"log{stage}") == [0, 0], logs(tmp_path / f"log{stage}")
+        row = metrics(tmp_path / f"z{stage}", "memory")[1]
+        per_rank[stage] = [row["optimizer_state_bytes_rank0"], row["optimizer_state_bytes_rank1"]]
+    full = per_rank[0][0]
+    assert per_rank[0][0] == per_rank[0][1] > 0  # stage 0: every rank holds all of it
+    for stage in (1, 2, 3):
+        for b in per_rank[stage]:
+            assert 0.45 * full <= b <= 0.6 * full, (stage, per_rank)  # half each (+ fp32 master partition, padding)
+
+
+def test_loss_falls_and_metrics_equal_ogb_evaluator(tpsa_shards, tmp_path):
+    from ogb.lsc import PCQM4Mv2Evaluator
+
+    cfg = write_config(tmp_path / "c.yaml", tpsa_shards, tmp_path / "run", schedule={"total_steps": 60, "warmup_steps": 10}, eval={"every": 30})
+    assert run_ranks(2, [str(cfg)], tmp_path / "log") == [0, 0], logs(tmp_path / "log")
+    train = metrics(tmp_path / "run")
+    early = np.mean([train[s]["loss"] for s in range(1, 11)])
+    late = np.mean([train[s]["loss"] for s in range(51, 61)])
+    assert late < 0.8 * early
+    valid = metrics(tmp_path / "run", "valid")
+    assert set(valid) == {30, 60}
+    saved = np.load(tmp_path / "run" / "predictions" / "valid-step00000060.npz", allow_pickle=False)
+    assert len(saved["idx"]) == len(set(saved["idx"].tolist())) == valid[60]["samples"] == 500
+    mae = PCQM4Mv2Evaluator().eval({"y_pred": torch.from_numpy(saved["y_pred"][:, 0]), "y_true": torch.from_numpy(saved["y_true"][:, 0])})["mae"]
+    assert valid[60]["mae"] == pytest.approx(float(mae), rel=1e-6)
+    assert valid[60]["mae"] < valid[60]["mean_predictor_mae"]
