@@ -32,7 +32,7 @@ from gtscale.data.stream import LoaderConfig, build_loader
 from gtscale.data.structure import StructureOptions, structure_many
 from gtscale.errors import UserError
 from gtscale.shards.manifest import load_manifest
-from gtscale.shards.tario import sample_key, write_shard
+from gtscale.shards.tario import atomic_write_text, sample_key, write_shard
 
 TARGETS = {"egt_graphs_per_s": 5000, "path_edges_graphs_per_s": 2000, "padding_efficiency": 0.90}
 EGT_KEYS = [schema.SPD, schema.IN_DEGREE, schema.OUT_DEGREE, schema.SVD_PE, schema.Y]
@@ -174,5 +174,5 @@ def run(args: argparse.Namespace) -> int:
     _print(setup, rows)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"setup": setup, "rows": rows, "targets": TARGETS}, indent=2) + "\n")
+        atomic_write_text(args.json, json.dumps({"setup": setup, "rows": rows, "targets": TARGETS}, indent=2) + "\n")
     return 0

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from gtscale.shards.tario import atomic_write_text
 from gtscale.data import schema
 from gtscale.data.batch import Batch
 from gtscale.errors import UserError
@@ -306,5 +307,5 @@ def run(args: argparse.Namespace) -> int:
     _print(setup, results)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"setup": setup, "results": results}, indent=2, default=str) + "\n")
+        atomic_write_text(args.json, json.dumps({"setup": setup, "results": results}, indent=2, default=str) + "\n")
     return 0

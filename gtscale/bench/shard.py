@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import statistics
 import tempfile
 import time
@@ -28,7 +27,7 @@ from gtscale.data import schema
 from gtscale.data.featurize import FeaturizeError, featurize_smiles
 from gtscale.data.sources.bundled import NCI_SMILES, WEHI
 from gtscale.data.structure import StructureOptions, structure_many
-from gtscale.shards.tario import ShardWriter, sample_key
+from gtscale.shards.tario import ShardWriter, atomic_write_text, sample_key
 from gtscale.shards.writer import ShardOptions, ShardTask, build_shard
 
 PCQM4MV2_MOLECULES = 3_746_620
@@ -125,8 +124,5 @@ def run(args: argparse.Namespace) -> int:
     for cores, hours in result["projected_pcqm4mv2_hours"].items():
         print(f"projected PCQM4Mv2 ({PCQM4MV2_MOLECULES:,} molecules) on {cores} cores: {hours * 60:.1f} min")
     if args.json_path:
-        tmp = f"{args.json_path}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(result, f, indent=1)
-        os.replace(tmp, args.json_path)
+        atomic_write_text(args.json_path, json.dumps(result, indent=1) + "\n")
     return 0

@@ -17,6 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from gtscale.shards.tario import atomic_write_text
+
 
 
 def single_process_env() -> dict[str, str]:
@@ -90,8 +92,5 @@ def run(args: argparse.Namespace) -> int:
     print(f"{'model alone (pre-collated)':<34}{result['model_alone_graphs_per_s']:>10.0f}")
     print(f"loop / model alone: {result['loop_vs_model_alone']:.2f} (target ≥ 0.90)")
     if args.json_path:
-        tmp_path = f"{args.json_path}.tmp"
-        with open(tmp_path, "w") as f:
-            json.dump(result, f, indent=1)
-        os.replace(tmp_path, args.json_path)
+        atomic_write_text(args.json_path, json.dumps(result, indent=1) + "\n")
     return 0
