@@ -10,7 +10,7 @@ from gtscale.cli import main
 from gtscale.errors import UserError
 from gtscale.models import build_model
 
-from conftest import TINY_EGT, TINY_GRAPHORMER
+from model_fixtures import TINY_EGT, TINY_GRAPHORMER
 
 
 def test_model_info_prints_counts(capsys):

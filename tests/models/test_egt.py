@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import SVD_RANK, TINY_EGT, make_batch
+from model_fixtures import SVD_RANK, TINY_EGT, make_batch
 from gtscale.data.schema import ATOM_FEATURE_DIMS, SPD_UNREACHABLE
 from gtscale.errors import UserError
 from gtscale.models import build_model

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import TINY_GRAPHORMER, make_batch
+from model_fixtures import TINY_GRAPHORMER, make_batch
 from gtscale.data.schema import SPD_UNREACHABLE
 from gtscale.models import build_model
 from gtscale.models import graphormer as graphormer_module

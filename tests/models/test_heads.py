@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from conftest import TINY_EGT, TINY_GRAPHORMER, make_batch
+from model_fixtures import TINY_EGT, TINY_GRAPHORMER, make_batch
 from gtscale.errors import UserError
 from gtscale.models import build_head, build_model
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import TINY_EGT, TINY_GRAPHORMER, make_batch, permute_graph, random_graph
+from model_fixtures import TINY_EGT, TINY_GRAPHORMER, make_batch, permute_graph, random_graph
 from gtscale.models import build_model
 
 VARIANTS = {

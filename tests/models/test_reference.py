@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import TINY_EGT, TINY_GRAPHORMER, make_batch
+from model_fixtures import TINY_EGT, TINY_GRAPHORMER, make_batch
 from gtscale.models import build_model
 
 
