@@ -81,12 +81,15 @@ def pred_sentinel(dtype: np.dtype) -> int:
     return int(np.iinfo(dtype).max)
 
 
+_UINT_LIMITS = tuple((np.dtype(dt), int(np.iinfo(dt).max)) for dt in (np.uint8, np.uint16, np.uint32, np.uint64))
+
+
 def smallest_uint(max_value: int) -> np.dtype:
-    """Smallest unsigned dtype that holds 0..max_value."""
-    for dt in (np.uint8, np.uint16, np.uint32):
-        if max_value <= np.iinfo(dt).max:
-            return np.dtype(dt)
-    return np.dtype(np.uint64)
+    """Smallest unsigned dtype that holds 0..max_value (called per record: no np.iinfo here)."""
+    for dtype, limit in _UINT_LIMITS:
+        if max_value <= limit:
+            return dtype
+    raise ValueError(f"{max_value} does not fit any unsigned integer dtype")
 
 
 def index_dtype(num_nodes: int) -> np.dtype:

@@ -82,3 +82,23 @@ def test_shards_are_byte_identical_to_pythons_tarfile(tmp_path):
                 info.size, info.mtime, info.mode, info.uid, info.gid, info.uname, info.gname = len(data), 0, 0o444, 0, 0, "", ""
                 tar.addfile(info, io.BytesIO(data))
     assert (tmp_path / "fast.tar").read_bytes() == (tmp_path / "ref.tar").read_bytes()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.text(alphabet="0123456789_abcdefghijklmnopqrstuvwxyz", min_size=1, max_size=40),
+    st.text(alphabet="abcdefghijklmnopqrstuvwxyz_.", min_size=1, max_size=40),
+    st.integers(0, 8**11 - 1),
+)
+def test_ustar_header_equals_tarfile(key, suffix, size):
+    from gtscale.shards.tario import ustar_header
+
+    name = f"{key}.{suffix}"
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime, info.mode, info.uid, info.gid, info.uname, info.gname = size, 0, 0o444, 0, 0, "", ""
+    expected = info.tobuf(format=tarfile.USTAR_FORMAT) if len(name) <= 100 else None
+    if expected is None:
+        with pytest.raises(ValueError):
+            ustar_header(name, size)
+    else:
+        assert ustar_header(name, size) == expected
