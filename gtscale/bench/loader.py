@@ -32,7 +32,8 @@ from gtscale.data.stream import LoaderConfig, build_loader
 from gtscale.data.structure import StructureOptions, structure_many
 from gtscale.errors import UserError
 from gtscale.shards.manifest import load_manifest
-from gtscale.shards.tario import atomic_write_text, sample_key, write_shard
+from gtscale.io import atomic_write_text
+from gtscale.shards.tario import sample_key, write_shard
 
 TARGETS = {"egt_graphs_per_s": 5000, "path_edges_graphs_per_s": 2000, "padding_efficiency": 0.90}
 EGT_KEYS = [schema.SPD, schema.IN_DEGREE, schema.OUT_DEGREE, schema.SVD_PE, schema.Y]

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gtscale.shards.tario import atomic_write_text
+from gtscale.io import atomic_write_text
 from gtscale.data import schema
 from gtscale.data.batch import Batch
 from gtscale.errors import UserError

@@ -27,7 +27,8 @@ from gtscale.data import schema
 from gtscale.data.featurize import FeaturizeError, featurize_smiles
 from gtscale.data.sources.bundled import NCI_SMILES, WEHI
 from gtscale.data.structure import StructureOptions, structure_many
-from gtscale.shards.tario import ShardWriter, atomic_write_text, sample_key
+from gtscale.io import atomic_write_text
+from gtscale.shards.tario import ShardWriter, sample_key
 from gtscale.shards.writer import ShardOptions, ShardTask, build_shard
 
 PCQM4MV2_MOLECULES = 3_746_620

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gtscale.shards.tario import atomic_write_text
+from gtscale.io import atomic_write_text
 
 
 

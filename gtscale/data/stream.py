@@ -53,6 +53,7 @@ import itertools
 import json
 import logging
 import random
+import signal
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator, Literal, NamedTuple
@@ -159,6 +160,14 @@ class _Item(NamedTuple):
     batch: Batch | None
     skipped: tuple[tuple[str, int], ...]  # (message, samples lost) for data skipped since the previous item
     error: Exception | None = None
+
+
+def _ignore_stop_signals(worker_id: int) -> None:
+    """Workers leave SIGTERM / SIGUSR1 to the training process, which checkpoints and then ends
+    them: SLURM signals every process of a job step, and a worker dying of SIGTERM would make the
+    DataLoader raise in the middle of the orderly stop."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
 
 def _identity(item):
@@ -356,6 +365,7 @@ class StreamLoader:
                 pin_memory=self.config.pin_memory,
                 persistent_workers=False,
                 multiprocessing_context=self.config.start_method,
+                worker_init_fn=_ignore_stop_signals,
             )
         )
 

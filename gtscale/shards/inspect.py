@@ -12,7 +12,8 @@ from tqdm import tqdm
 from gtscale.errors import UserError
 from gtscale.shards.manifest import load_manifest
 from gtscale.shards.npy import UnsafeArrayError
-from gtscale.shards.tario import iter_shard, sha256_file
+from gtscale.io import sha256_file
+from gtscale.shards.tario import iter_shard
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -83,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
         if split not in manifest["splits"]:
             raise UserError(f"--split {split!r}: not in the manifest (has {', '.join(manifest['splits'])})")
         first = Path(manifest["_dir"]) / manifest["splits"][split]["shards"][0]["path"]
+        if not first.is_file():
+            raise UserError(f"{first}: listed in the manifest but missing")
         for key, record in iter_shard(first):
             print("\n".join(describe_record(key, record)))
             break

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from gtscale.errors import UserError
-from gtscale.shards.tario import atomic_write_text
+from gtscale.io import atomic_write_text
 MANIFEST_FILE = "manifest.json"
 PLAN_FILE = "plan.json"  # written by every part at its start: what the whole run will produce
 PARTS_DIR = "parts"  # one JSON per finished shard
@@ -35,6 +35,13 @@ def load_manifest(path: str | Path) -> dict:
     return manifest
 
 
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UserError(f"{path}: corrupt ({err}); delete it and rerun the part that writes it") from err
+
+
 def merge_parts(out_dir: Path) -> dict:
     """Assemble manifest.json and rejects.tsv from plan.json and parts/*.json.
 
@@ -42,13 +49,13 @@ def merge_parts(out_dir: Path) -> dict:
     plan_path = out_dir / PLAN_FILE
     if not plan_path.is_file():
         raise UserError(f"{plan_path}: no sharding plan here (run `gtscale shard` first)")
-    plan = json.loads(plan_path.read_text())
+    plan = _read_json(plan_path)
     splits, reject_rows = {}, []
     for split, info in plan["splits"].items():
         shards, rejected = [], {}
         for name in info["shards"]:
             part_path = out_dir / PARTS_DIR / f"{name}.json"
-            part = json.loads(part_path.read_text()) if part_path.is_file() else None
+            part = _read_json(part_path) if part_path.is_file() else None
             if part is None or part.get("fingerprint") != plan["fingerprint"]:
                 raise UserError(f"{out_dir / PARTS_DIR}: shard {name} is not finished; run the parts that write it")
             shards.append({k: part[k] for k in ("path", "samples", "bytes", "sha256", "max_nodes")})

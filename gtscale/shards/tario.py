@@ -13,7 +13,6 @@ import io
 import json
 import os
 import tarfile
-import threading
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -155,26 +154,6 @@ def write_shard(path: str | os.PathLike, samples: Iterable[tuple[str, Mapping[st
         for key, record in samples:
             writer.write(key, record)
         return writer.close()
-
-
-def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write a small text file via a temporary name + rename: readers never see half of it."""
-    path = Path(path)
-    # A name of its own per writer: parts of a split run write the same plan.json at once.
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 PICKLE_SUFFIXES = (".pyd", ".pickle", ".pkl", ".pth", ".pt")

@@ -24,10 +24,11 @@ from tqdm import tqdm
 from gtscale import __version__
 from gtscale.data import schema
 from gtscale.data.featurize import FeaturizeError, featurize_smiles
-from gtscale.data.sources.base import MoleculeTable, sha256_of
+from gtscale.data.sources.base import MoleculeTable
 from gtscale.data.structure import StructureOptions, structure_many
 from gtscale.shards.manifest import PARTS_DIR, PLAN_FILE
-from gtscale.shards.tario import ShardWriter, atomic_write_text, sample_key, sha256_file
+from gtscale.io import atomic_write_text, sha256_file
+from gtscale.shards.tario import ShardWriter, sample_key
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class ShardTask:
     smiles: list[str]
     idx: np.ndarray
     targets: np.ndarray
+    names: list[str] | None = None
 
     @property
     def name(self) -> str:
@@ -60,8 +62,9 @@ def plan_tasks(table: MoleculeTable, shard_size: int) -> list[ShardTask]:
     for split, rows in table.splits.items():
         for number, start in enumerate(range(0, len(rows), shard_size)):
             chunk = rows[start : start + shard_size]
+            names = [table.names[r] for r in chunk] if table.names is not None else None
             tasks.append(
-                ShardTask(split, number, len(tasks), [table.smiles[r] for r in chunk], table.idx[chunk], table.targets[chunk])
+                ShardTask(split, number, len(tasks), [table.smiles[r] for r in chunk], table.idx[chunk], table.targets[chunk], names)
             )
     return tasks
 
@@ -69,7 +72,8 @@ def plan_tasks(table: MoleculeTable, shard_size: int) -> list[ShardTask]:
 def fingerprint(table: MoleculeTable, options: ShardOptions, source_checksums: dict[str, str]) -> str:
     """Identifies what a run produces: a shard made under another fingerprint is redone, not kept."""
     blob = json.dumps(
-        {"schema": schema.SCHEMA_VERSION, "dataset": table.name, "options": asdict(options), "sources": source_checksums},
+        # Sources by content: parts started with different spellings of --root still agree.
+        {"schema": schema.SCHEMA_VERSION, "dataset": table.name, "options": asdict(options), "sources": sorted(source_checksums.values())},
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()
@@ -78,7 +82,8 @@ def fingerprint(table: MoleculeTable, options: ShardOptions, source_checksums: d
 def build_shard(task: ShardTask, out_dir: Path, options: ShardOptions, run_fingerprint: str) -> dict:
     """Featurize, compute structure and write one shard; return (and save) its part record."""
     graphs, kept, rejects = [], [], []
-    for smiles, idx, y in zip(task.smiles, task.idx, task.targets):
+    names = task.names if task.names is not None else [None] * len(task.smiles)
+    for smiles, idx, y, name in zip(task.smiles, task.idx, task.targets, names):
         try:
             graph = featurize_smiles(smiles)
         except FeaturizeError as err:
@@ -93,6 +98,8 @@ def build_shard(task: ShardTask, out_dir: Path, options: ShardOptions, run_finge
             continue
         graph[schema.Y] = np.asarray(y, dtype=np.float32)
         graph[schema.META] = {"idx": int(idx), "num_nodes": n, "num_edges": int(graph[schema.EDGE_INDEX].shape[1])}
+        if name is not None:
+            graph[schema.META]["name"] = name
         graphs.append(graph)
         kept.append(int(idx))
     structures = structure_many([(g[schema.EDGE_INDEX], len(g[schema.X])) for g in graphs], options.structure)
@@ -173,7 +180,7 @@ def shard_table(
     progress: bool = True,
 ) -> list[dict]:
     """Write this part's shards (skipping verified ones); return the part records of this part."""
-    checksums = {str(p): sha256_of(p) for p in table.source_files}
+    checksums = {str(p): sha256_file(p) for p in table.source_files}
     run_fingerprint = fingerprint(table, options, checksums)
     tasks = plan_tasks(table, options.shard_size)
     out_dir.mkdir(parents=True, exist_ok=True)

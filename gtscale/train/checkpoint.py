@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from gtscale.shards.tario import atomic_write_text
+from gtscale.io import atomic_write_text
 
 COMPLETE = "COMPLETE"
 BEST_FILE = "best.json"
@@ -61,6 +61,12 @@ def gather_to_all(obj) -> list:
 def save(engine, root: Path, step: int, client_state: dict, keep: int, protected: set[str]) -> str:
     """Save on every rank, mark complete on rank 0, prune old tags beyond `keep` (not `protected`)."""
     tag = tag_of(step)
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        # Saving over an existing tag (after --resume from an older one): it is not complete
+        # again until every rank has rewritten it.
+        (root / tag / COMPLETE).unlink(missing_ok=True)
+    if dist.is_initialized():
+        dist.barrier()
     engine.save_checkpoint(str(root), tag=tag, client_state=client_state)
     if dist.is_initialized():
         dist.barrier()

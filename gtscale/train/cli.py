@@ -20,6 +20,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cfg = load_train_config(args.config, args.overrides)  # UserError → one line, exit 2, nothing started
+    import sys
+
     from gtscale.train.trainer import Trainer
 
-    return Trainer(cfg, resume=args.resume).fit()
+    try:
+        return Trainer(cfg, resume=args.resume).fit()
+    except FloatingPointError as err:  # every rank agreed: too many non-finite losses in a row
+        print(f"gtscale train: stopped: {err}", file=sys.stderr)
+        return 1

@@ -8,6 +8,7 @@ path (exit status 2). The resolved configuration is saved as `config.yaml` in th
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional
@@ -33,6 +34,10 @@ class TaskConfig:
     head: dict = field(default_factory=dict)  # head overrides on top of the model YAML's `head` section
     target_scale: float = 1.0  # regression: the model predicts y / target_scale (keeps targets O(1))
     target_shift: float = 0.0  # regression: … and (y − target_shift)
+
+    def __post_init__(self):
+        if self.target_scale <= 0:
+            raise ValueError("target_scale must be > 0")
 
     @property
     def higher_is_better(self) -> bool:
@@ -135,9 +140,31 @@ def load_train_config(path: str | Path, overrides: list[str]) -> TrainConfig:
     from gtscale.models import parse_model_config
 
     parse_model_config(resolve_model_config(cfg))  # the model's own keys, checked here too
+    check_task(cfg.task)
+    splits = json.loads(manifest.read_text()).get("splits", {})
+    for key in ("train_split", "eval_split"):
+        if getattr(cfg.data, key) not in splits:
+            raise UserError(f"data.{key}: {getattr(cfg.data, key)!r} is not a split of {manifest} (has {', '.join(splits)})")
     if cfg.init_from is not None and not Path(cfg.init_from).is_file():
         raise UserError(f"init_from: {cfg.init_from} not found (write it with `gtscale export RUN_DIR`)")
     return cfg
+
+
+def check_task(task: TaskConfig) -> None:
+    """The evaluator must exist and report the metric that selects the best checkpoint."""
+    if task.evaluator == "pcqm4mv2":
+        reported = {"mae"}
+    else:
+        from ogb.graphproppred import Evaluator
+
+        try:
+            reported = {Evaluator(task.evaluator).eval_metric}
+        except (KeyError, ValueError):
+            raise UserError(f"task.evaluator: {task.evaluator!r} is neither pcqm4mv2 nor an OGB graph property dataset (ogbg-molhiv, ogbg-molpcba, …)") from None
+    if task.metric not in reported:
+        raise UserError(f"task.metric: {task.metric!r} is not reported by evaluator {task.evaluator!r} (it reports {', '.join(sorted(reported))})")
+    if (task.loss == "bce") != (task.metric != "mae"):
+        raise UserError(f"task.loss: {task.loss!r} does not suit metric {task.metric!r} (bce for rocauc/ap, l1 or mse for mae)")
 
 
 def resolve_model_config(cfg: TrainConfig) -> dict:

@@ -14,7 +14,7 @@ import torch
 import yaml
 
 from gtscale.errors import UserError
-from gtscale.shards.tario import atomic_write_text
+from gtscale.io import atomic_write_text, safe_torch_load
 from gtscale.train import checkpoint
 
 
@@ -42,7 +42,11 @@ def export(run_dir: Path, tag: str, out: Path) -> Path:
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
     tag = resolve_tag(run_dir, tag)
-    state = get_fp32_state_dict_from_zero_checkpoint(str(run_dir / "checkpoints"), tag=tag)
+    folder = run_dir / "checkpoints" / tag
+    if list(folder.glob("*optim_states.pt")):  # ZeRO 1-3: DeepSpeed gathers the partitions
+        state = get_fp32_state_dict_from_zero_checkpoint(str(run_dir / "checkpoints"), tag=tag)
+    else:  # ZeRO 0: the full fp32 module is in the model-states file, read without running code
+        state = safe_torch_load(folder / "mp_rank_00_model_states.pt")["module"]
     state = {k: v.detach().float().contiguous().clone() for k, v in state.items()}
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     out.mkdir(parents=True, exist_ok=True)

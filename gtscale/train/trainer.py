@@ -9,6 +9,7 @@ agree to skip a step or to checkpoint and exit.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -20,13 +21,16 @@ from typing import Iterator
 import numpy as np
 import torch
 import torch.distributed as dist
+import yaml
 from torch import nn
 
 from gtscale.config import to_dict
 from gtscale.data import schema
 from gtscale.data.batch import Batch
 from gtscale.data.distributed_eval import gather_predictions, lockstep
-from gtscale.data.stream import StreamLoader, build_loader
+from gtscale.data.stream import build_loader
+from gtscale.errors import UserError
+from gtscale.io import atomic_write_text
 from gtscale.train import checkpoint
 from gtscale.train.config import TrainConfig, resolve_model_config
 from gtscale.train.run_log import RunLog
@@ -66,8 +70,6 @@ def load_backbone(model: GraphTaskModel, path: str) -> int:
     backbone = {k.removeprefix("backbone."): v for k, v in state.items() if k.startswith("backbone.")}
     missing, unexpected = model.backbone.load_state_dict(backbone, strict=False)
     if missing or unexpected:
-        from gtscale.errors import UserError
-
         name = (missing or unexpected)[0]
         raise UserError(f"init_from: {path} does not fit this model ({'missing' if missing else 'unexpected'} weight {name})")
     return len(backbone)
@@ -127,6 +129,9 @@ def deepspeed_config(cfg: TrainConfig, world_size: int, micro_batch: int) -> dic
 class StepResult:
     loss: float
     graphs: int  # graphs this rank trained on in the step
+    real_pairs: int  # Σ n² over those graphs: the attention work that mattered …
+    padded_pairs: int  # … and B·N² that the padded batches cost
+    seconds: float
     skipped: int  # micro-batches dropped for a non-finite loss
     stop: bool  # a rank received SIGTERM / SIGUSR1
 
@@ -180,9 +185,6 @@ class Trainer:
         self._resume(resume)
         if self.rank == 0:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            from gtscale.shards.tario import atomic_write_text
-            import yaml
-
             resolved = to_dict(cfg) | {"model_resolved": self.model_cfg, "world_size": self.world_size}
             atomic_write_text(self.run_dir / "config.yaml", yaml.safe_dump(resolved, sort_keys=False))
         dist.barrier()
@@ -193,18 +195,16 @@ class Trainer:
         tags = checkpoint.complete_tags(self.ckpt_dir)
         if resume == "never":
             if tags:
-                from gtscale.errors import UserError
-
                 raise UserError(f"{self.run_dir}: holds checkpoints ({tags[-1]}); pass --resume auto to continue it, or choose another run_dir")
             return
-        tag = tags[-1] if resume == "auto" else resume
         if resume == "auto" and not tags:
-            return
+            return  # a first start under a requeue-ready launcher: nothing to resume yet
+        tag = tags[-1] if resume == "auto" else resume
         state = checkpoint.load(self.engine, self.ckpt_dir, tag)
         if len(state["loader"]) != self.world_size:
             raise RuntimeError(f"{self.ckpt_dir / tag}: saved by {len(state['loader'])} ranks, resuming with {self.world_size}")
         self.step, self.best = state["step"], state["best"]
-        self.target_sum, self.target_count = state["target_sum"], state["target_count"]
+        self.target_sum, self.target_count = state["targets"][self.rank]
         self.train_loader.load_state_dict(state["loader"][self.rank])
         checkpoint.set_rng_state(state["rng"][self.rank])
 
@@ -212,8 +212,7 @@ class Trainer:
         client_state = {
             "step": self.step,
             "best": self.best,
-            "target_sum": self.target_sum,
-            "target_count": self.target_count,
+            "targets": checkpoint.gather_to_all((self.target_sum, self.target_count)),
             "loader": checkpoint.gather_to_all(self.train_loader.state_dict()),
             "rng": checkpoint.gather_to_all(checkpoint.rng_state()),
         }
@@ -243,7 +242,8 @@ class Trainer:
     def train_step(self, batches: Iterator[Batch]) -> StepResult:
         """One optimizer step = gradient_accumulation_steps micro-batches that all ranks agree are finite."""
         self.engine.train()
-        done = skipped = graphs = 0
+        start = time.perf_counter()
+        done = skipped = graphs = real_pairs = padded_pairs = 0
         loss_sum = 0.0
         stop = False
         while done < self.cfg.deepspeed.gradient_accumulation_steps:
@@ -253,8 +253,9 @@ class Trainer:
             flags = torch.tensor([0.0 if torch.isfinite(loss) else 1.0, float(self._stop_signal), loss.item() if torch.isfinite(loss) else 0.0], dtype=torch.float64)
             dist.all_reduce(flags)  # sums: any non-finite, any stop request, total loss
             if flags[0] > 0:
+                # No rank back-propagates this micro-batch, so no gradient holds any of it: it is
+                # dropped everywhere and the step takes the next one instead.
                 skipped += 1
-                self.engine.zero_grad()
                 if skipped >= self.cfg.max_nonfinite:
                     raise FloatingPointError(f"{skipped} non-finite losses in a row at step {self.step}; stopping (lower optimizer.lr or check the data)")
                 continue
@@ -262,11 +263,14 @@ class Trainer:
             self.engine.step()
             self._count_targets(batch)
             graphs += batch.num_graphs
+            nodes = batch.node_mask.sum(dim=1)
+            real_pairs += int((nodes * nodes).sum())
+            padded_pairs += batch.num_graphs * batch.max_nodes**2
             loss_sum += float(flags[2]) / self.world_size
             done += 1
             stop = stop or bool(flags[1] > 0)
         self.step += 1
-        return StepResult(loss_sum / done, graphs, skipped, stop)
+        return StepResult(loss_sum / done, graphs, real_pairs, padded_pairs, time.perf_counter() - start, skipped, stop)
 
     def _count_targets(self, batch: Batch) -> None:
         mask = batch.y_mask.cpu()
@@ -339,10 +343,14 @@ class Trainer:
         last_stop = min(cfg.schedule.total_steps, cfg.max_steps or cfg.schedule.total_steps)
         batches = self._train_batches()
         window_start, window_graphs, window_steps = time.perf_counter(), 0, 0
+        window_pairs = [0, 0]  # real node pairs, padded node pairs
         try:
             while self.step < last_stop:
                 result = self.train_step(batches)
                 window_steps += 1
+                window_graphs += result.graphs
+                window_pairs[0] += result.real_pairs
+                window_pairs[1] += result.padded_pairs
                 lr = self.scheduler.get_last_lr()[0]
                 if window_steps == 1 and self.step == 1:  # optimizer state exists after the first step
                     per_rank = checkpoint.gather_to_all(self.optimizer_state_bytes())
@@ -352,9 +360,13 @@ class Trainer:
                     self.log.metrics(self.step, "train", {"nonfinite_skipped": result.skipped})
                 if self.step % cfg.logging.every == 0 or self.step == last_stop:
                     elapsed = time.perf_counter() - window_start
-                    self.log.metrics(self.step, "train", {"loss": result.loss, "lr": lr, "steps_per_s": window_steps / elapsed, "epoch": self.train_loader.epoch})
-                    window_start, window_steps = time.perf_counter(), 0
-                self.log.progress(1, loss=result.loss, lr=lr)
+                    self.log.metrics(self.step, "train", {
+                        "loss": result.loss, "lr": lr, "steps_per_s": window_steps / elapsed,
+                        "graphs_per_s": window_graphs * self.world_size / elapsed,  # all ranks (equal batch counts)
+                        "padding_efficiency": window_pairs[0] / max(1, window_pairs[1]), "epoch": self.train_loader.epoch,
+                    })
+                    window_start, window_steps, window_graphs, window_pairs = time.perf_counter(), 0, 0, [0, 0]
+                self.log.progress(1, loss=result.loss, lr=lr, graphs_per_s=result.graphs * self.world_size / max(1e-9, result.seconds))
                 evaluate_now = cfg.eval.every and self.step % cfg.eval.every == 0 or self.step == last_stop
                 save_now = self.step % cfg.checkpoint.every == 0 or self.step == last_stop
                 if evaluate_now:
@@ -365,9 +377,6 @@ class Trainer:
                 if save_now or result.stop:
                     self.save_checkpoint()
                     if self.rank == 0 and "tag" in self.best:
-                        from gtscale.shards.tario import atomic_write_text
-                        import json
-
                         atomic_write_text(self.run_dir / checkpoint.BEST_FILE, json.dumps(self.best))
                 if result.stop:
                     self.log.message(f"step {self.step}: stop requested by signal; checkpoint saved, exiting with {EXIT_PREEMPTED} for requeue")

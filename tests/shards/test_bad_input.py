@@ -84,3 +84,27 @@ def test_inspect_verify_catches_corruption(tmp_path, capsys):
     tar.write_bytes(bytes(data))
     assert main(["inspect", str(out), "--verify"]) == 1
     assert "sha256 differs" in capsys.readouterr().out
+
+
+def test_split_file_with_text_rows(tmp_path):
+    root = write_ogbg_mol(tmp_path / "raw", "ogbg-molhiv", count=20)
+    import gzip
+
+    with gzip.open(root / "ogbg_molhiv" / "split" / "scaffold" / "valid.csv.gz", "wt") as f:
+        f.write("3\nabc\n")
+    result = run_cli("shard", "ogbg-molhiv", "--root", str(root), "--out", str(tmp_path / "o"))
+    assert_one_line_error(result, "valid.csv.gz", "integer")
+    assert not (tmp_path / "o").exists()
+
+
+def test_corrupt_part_file_and_missing_shard(tmp_path, capsys):
+    out = tmp_path / "o"
+    root = write_ogbg_mol(tmp_path / "raw", "ogbg-molhiv", count=40)
+    assert main(["shard", "ogbg-molhiv", "--root", str(root), "--out", str(out), "--no-progress"]) == 0
+    part = next((out / "parts").glob("train-*.json"))
+    part.write_text("{not json")
+    assert main(["merge-parts", str(out)]) == 2
+    assert part.name in capsys.readouterr().err
+    next(out.rglob("train-000000.tar")).unlink()
+    assert main(["inspect", str(out), "--split", "train"]) == 2
+    assert "missing" in capsys.readouterr().err

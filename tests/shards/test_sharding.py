@@ -182,3 +182,21 @@ def test_wehi_pains_labels_come_from_the_filter_catalog():
     catalog_a = FilterCatalog(params)
     hits_a = [i for i in range(300) if catalog_a.HasMatch(Chem.MolFromSmiles(table.smiles[i]))]
     assert all(labels[i] == 1.0 for i in hits_a)  # family A matches are PAINS matches
+
+
+def test_text_ids_travel_as_names(tmp_path):
+    path = tmp_path / "mols.smi"
+    path.write_text("CCO ZINC000001\nc1ccccc1 ZINC000002\nCC(=O)O ZINC000003\n")
+    out = tmp_path / "out"
+    assert shard("smiles-csv", "--input", str(path), "--id-column", "1", "--split-column", "1", "--out", str(out)) == 0
+    records = read_all(out)
+    assert {r["meta"]["name"] for split in records.values() for r in split.values()} == {"ZINC000001", "ZINC000002", "ZINC000003"}
+    assert records["ZINC000002"]["0000000001"]["meta"]["idx"] == 1  # row numbers as idx
+
+
+def test_parts_with_differently_spelled_roots_merge(tmp_path):
+    root = write_ogbg_mol(tmp_path / "raw", "ogbg-molhiv", count=40)
+    out = tmp_path / "out"
+    assert shard("ogbg-molhiv", "--root", str(root), "--out", str(out), "--shard-size", "10", "--part", "0", "--num-parts", "2") == 0
+    assert shard("ogbg-molhiv", "--root", str(root) + "/./", "--out", str(out), "--shard-size", "10", "--part", "1", "--num-parts", "2") == 0
+    assert main(["merge-parts", str(out)]) == 0

@@ -23,6 +23,10 @@ def train_cli(*args):
         ("deepspeed=zero9", "no preset 'zero9'"),
         ("init_from=/nope/model.pt", "init_from: /nope/model.pt not found"),
         ("model=egt-huge", "egt-huge: no such model config"),
+        ("task.evaluator=ogbg-nope", "task.evaluator: 'ogbg-nope'"),
+        ("task.metric=rocauc", "task.metric: 'rocauc' is not reported by evaluator 'pcqm4mv2'"),
+        ("data.eval_split=test-dev", "data.eval_split: 'test-dev' is not a split"),
+        ("task.target_scale=0", "target_scale must be > 0"),
     ],
 )
 def test_bad_config_is_one_line_and_exit_2(tpsa_shards, tmp_path, override, needle):

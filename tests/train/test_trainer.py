@@ -13,6 +13,12 @@ from launcher import logs, metrics, run_ranks, start_ranks, wait_all, write_conf
 pytestmark = pytest.mark.slow
 
 
+def _children(pid: int) -> list[int]:
+    import psutil
+
+    return [child.pid for child in psutil.Process(pid).children(recursive=True)]
+
+
 def losses(run_dir, steps):
     rows = metrics(run_dir)
     return np.array([rows[s]["loss"] for s in steps])
@@ -62,12 +68,14 @@ def test_sigusr1_checkpoints_and_exits_for_requeue(tpsa_shards, tmp_path):
     from gtscale.train.trainer import EXIT_PREEMPTED
 
     cfg = write_config(tmp_path / "c.yaml", tpsa_shards, tmp_path / "run", schedule={"total_steps": 5000})
-    procs = start_ranks(2, [str(cfg)], tmp_path / "log")
+    procs = start_ranks(2, [str(cfg), "--resume", "auto"], tmp_path / "log")  # a first start, as requeue scripts launch it
     deadline = time.time() + 240
     while max(metrics(tmp_path / "run"), default=0) < 3:
         assert time.time() < deadline and all(p.poll() is None for p in procs), logs(tmp_path / "log")
         time.sleep(0.05)
     procs[1].send_signal(signal.SIGUSR1)  # one rank told: all ranks agree to stop at the same step
+    for worker in _children(procs[0].pid):  # as SLURM does: every process of the step is signalled
+        os.kill(worker, signal.SIGTERM)
     assert wait_all(procs, timeout=120) == [EXIT_PREEMPTED, EXIT_PREEMPTED], logs(tmp_path / "log")
     tags = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir() if (p / "COMPLETE").exists())
     assert len(tags) == 1 and int(tags[0].split("-")[1]) == max(metrics(tmp_path / "run"))
@@ -103,4 +111,20 @@ def test_loss_falls_and_metrics_equal_ogb_evaluator(tpsa_shards, tmp_path):
     assert len(saved["idx"]) == len(set(saved["idx"].tolist())) == valid[60]["samples"] == 500
     mae = PCQM4Mv2Evaluator().eval({"y_pred": torch.from_numpy(saved["y_pred"][:, 0]), "y_true": torch.from_numpy(saved["y_true"][:, 0])})["mae"]
     assert valid[60]["mae"] == pytest.approx(float(mae), rel=1e-6)
+    from gtscale.shards.tario import iter_shard  # the gathered targets are the shards' labels, by idx
+
+    labels = {r["meta"]["idx"]: r["y"][0] for shard in sorted((tpsa_shards / "valid").glob("*.tar")) for _, r in iter_shard(shard)}
+    assert sorted(labels) == saved["idx"].tolist()
+    assert np.array_equal(saved["y_true"][:, 0], np.array([labels[i] for i in saved["idx"]], dtype=np.float32))
     assert valid[60]["mae"] < valid[60]["mean_predictor_mae"]
+
+
+def test_nonfinite_losses_stop_every_rank_with_a_message(tpsa_shards, tmp_path):
+    """An absurd learning rate makes the weights overflow after the first step; every later loss is
+    non-finite on both ranks, which agree to drop those micro-batches and stop after max_nonfinite."""
+    cfg = write_config(tmp_path / "c.yaml", tpsa_shards, tmp_path / "run", optimizer={"lr": 1.0e30}, deepspeed={"gradient_clipping": 0.0},
+                       schedule={"total_steps": 50, "warmup_steps": 0}, max_nonfinite=3)
+    codes = run_ranks(2, [str(cfg)], tmp_path / "log", timeout=240)
+    assert codes == [1, 1], logs(tmp_path / "log")
+    assert "3 non-finite losses in a row" in logs(tmp_path / "log")
+    assert max(metrics(tmp_path / "run")) < 50

@@ -8,7 +8,6 @@ record's meta and back out of the trainer's gathered predictions.
 from __future__ import annotations
 
 import gzip
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -36,6 +35,7 @@ class MoleculeTable:
     task_type: TaskType
     splits: dict[str, np.ndarray]  # split → row numbers (int64)
     source_files: list[Path] = field(default_factory=list)
+    names: list[str] | None = None  # the dataset's own ids where they are not integers; into meta["name"]
 
     def __post_init__(self):
         rows = len(self.smiles)
@@ -77,11 +77,3 @@ def seeded_split(rows: int, seed: int = 0, fractions: tuple[float, float, float]
         "valid": np.sort(order[n_train : n_train + n_valid]),
         "test": np.sort(order[n_train + n_valid :]),
     }
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()

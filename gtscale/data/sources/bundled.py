@@ -70,4 +70,5 @@ def read_wehi_pains() -> MoleculeTable:
         task_type="graph_classification",
         splits=seeded_split(len(frame)),
         source_files=[WEHI],
+        names=frame["wehi_id"].astype(str).tolist(),
     )

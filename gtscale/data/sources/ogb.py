@@ -12,7 +12,6 @@ with smiles2graph, so featurizing them reproduces OGB's graphs.
 from __future__ import annotations
 
 import pickle
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,7 @@ import torch
 
 from gtscale.data.sources.base import MoleculeTable, read_csv, require_columns, require_file
 from gtscale.errors import UserError
+from gtscale.io import safe_torch_load
 
 PCQM4MV2_SPLITS = ("train", "valid", "test-dev", "test-challenge")
 
@@ -28,23 +28,11 @@ def _dataset_dir(root: Path, folder: str) -> Path:
     return root if root.name == folder else root / folder
 
 
-def _numpy_safe_globals() -> list:
-    """The numpy pieces that torch.save of plain numpy arrays references; nothing that runs code.
-
-    OGB-LSC's split_dict.pt holds numpy index arrays; numpy moved `_reconstruct` from numpy.core to
-    numpy._core, so both names are allowed."""
-    reconstruct = np._core.multiarray._reconstruct
-    dtype_classes = [type(np.dtype(t)) for t in (np.int64, np.int32, np.uint32, np.uint64, np.int16, np.uint8, np.float64)]
-    return [reconstruct, (reconstruct, "numpy.core.multiarray._reconstruct"), np.ndarray, np.dtype, *dtype_classes]
-
-
 def load_split_dict(path: Path) -> dict[str, np.ndarray]:
     """split_dict.pt → {split: int64 row numbers}, loaded with weights_only=True (no arbitrary unpickling)."""
     require_file(path)
     try:
-        with torch.serialization.safe_globals(_numpy_safe_globals()), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # torch warns about pickle protocols; the error below says enough
-            raw = torch.load(path, map_location="cpu", weights_only=True)
+        raw = safe_torch_load(path)
     except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError) as err:
         raise UserError(
             f"{path}: refused: not a plain dict of index arrays (it is corrupt, or loading it would run code)"
@@ -92,7 +80,10 @@ def read_ogbg_mol(root: Path, name: str) -> MoleculeTable:
     splits = {}
     for split in ("train", "valid", "test"):
         path = split_dir / f"{split}.csv.gz"
-        splits[split] = read_csv(path, header=None).to_numpy(dtype=np.int64).ravel()
+        try:
+            splits[split] = read_csv(path, header=None).to_numpy(dtype=np.int64).ravel()
+        except ValueError as err:
+            raise UserError(f"{path}: split files hold one integer row index per line ({err})") from err
     return MoleculeTable(
         name=name,
         smiles=frame["smiles"].astype(str).tolist(),

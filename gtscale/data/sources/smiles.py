@@ -25,16 +25,17 @@ def read_table(path: Path) -> pd.DataFrame:
     return read_csv(path)
 
 
-def _ids(frame: pd.DataFrame, id_column: str | None, path: Path) -> np.ndarray:
-    """The id column when it holds unique integers, else row numbers (ids travel in meta as names)."""
+def _ids(frame: pd.DataFrame, id_column: str | None, path: Path) -> tuple[np.ndarray, list[str] | None]:
+    """(idx, names): the id column as idx when it holds integers; otherwise row numbers as idx and
+    the ids as names, which travel in each record's meta["name"]."""
     if id_column is None:
-        return np.arange(len(frame), dtype=np.int64)
+        return np.arange(len(frame), dtype=np.int64), None
     column = frame[id_column]
-    if pd.api.types.is_integer_dtype(column) and column.is_unique:
-        return column.to_numpy(dtype=np.int64)
     if not column.is_unique:
         raise UserError(f"{path}: id column {id_column!r} has duplicate values")
-    return np.arange(len(frame), dtype=np.int64)
+    if pd.api.types.is_integer_dtype(column):
+        return column.to_numpy(dtype=np.int64), None
+    return np.arange(len(frame), dtype=np.int64), column.astype(str).tolist()
 
 
 def read_smiles_table(
@@ -57,13 +58,15 @@ def read_smiles_table(
         targets = frame[target_columns].to_numpy(dtype=np.float32) if target_columns else np.zeros((len(frame), 0), np.float32)
     except ValueError as err:
         raise UserError(f"{path}: target columns must be numeric ({err})") from err
+    idx, names = _ids(frame, id_column, path)
     return MoleculeTable(
         name=path.name,
         smiles=frame[smiles_column].astype(str).tolist(),
-        idx=_ids(frame, id_column, path),
+        idx=idx,
         targets=targets,
         target_names=list(target_columns),
         task_type=task_type,
         splits=splits,
         source_files=[path],
+        names=names,
     )
