@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +10,7 @@ from tqdm import tqdm
 
 from gtscale.errors import UserError
 from gtscale.shards.manifest import load_manifest
-from gtscale.shards.npy import UnsafeArrayError
+from gtscale.data.shardfile import ShardError
 from gtscale.io import sha256_file
 from gtscale.shards.tario import iter_shard
 
@@ -67,7 +66,7 @@ def verify(manifest: dict) -> list[str]:
             continue
         try:
             count = sum(1 for _ in iter_shard(path))
-        except (tarfile.TarError, ValueError, UnsafeArrayError) as err:
+        except (ShardError, ValueError) as err:  # truncated, corrupt, or holding a pickle
             problems.append(f"{path}: unreadable ({err})")
             continue
         if count != shard["samples"]:

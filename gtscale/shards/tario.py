@@ -156,34 +156,23 @@ def write_shard(path: str | os.PathLike, samples: Iterable[tuple[str, Mapping[st
         return writer.close()
 
 
-PICKLE_SUFFIXES = (".pyd", ".pickle", ".pkl", ".pth", ".pt")
-
-
 def iter_shard(path: str | os.PathLike):
-    """Yield (key, {field: array or meta dict}) from a shard, decoding .npy without pickle.
+    """Yield (key, {field: array or meta dict}) of every sample of a shard, all fields decoded.
 
-    For inspection and verification; training reads shards through WebDataset (data/stream.py)."""
+    For inspection and verification: the same reader and checks as training (data/shardfile.py:
+    truncation, pickle refusal), and .npy decoding that never unpickles."""
+    from gtscale.data.shardfile import ShardError, iter_samples
     from gtscale.shards.npy import decode_npy
 
-    current_key, fields = None, {}
-    with tarfile.open(path, mode="r:") as tar:
-        for member in tar:
-            if not member.isfile():
-                continue
-            key, _, suffix = member.name.partition(".")
-            if suffix.endswith(PICKLE_SUFFIXES):
-                raise ValueError(f"{path}: member {member.name} is a pickle; shards must hold .npy and .json only")
-            if key != current_key and current_key is not None:
-                yield current_key, fields
-                fields = {}
-            current_key = key
-            data = tar.extractfile(member).read()
-            field = suffix.rsplit(".", 1)[0]
-            if suffix.endswith(".npy"):
-                fields[field] = decode_npy(data, f"{path}:{member.name}")
-            elif suffix.endswith(".json"):
-                fields[field] = json.loads(data)
+    path = Path(path)
+    for key, members in iter_samples(path.read_bytes(), str(path)):
+        record = {}
+        for ext, payload in members.items():
+            field, _, kind = ext.rpartition(".")
+            if kind == "npy":
+                record[field] = decode_npy(bytes(payload), f"{path}:{key}.{ext}")
+            elif kind == "json":
+                record[field] = json.loads(bytes(payload))
             else:
-                raise ValueError(f"{path}: member {member.name} has an unknown type; shards hold .npy and .json only")
-    if current_key is not None:
-        yield current_key, fields
+                raise ShardError(str(path), key, f"member {key}.{ext} is neither .npy nor .json")
+        yield key, record

@@ -56,7 +56,9 @@ def _tar_with(path, name, data):
 def test_a_shard_holding_a_pickle_is_refused(tmp_path):
     payload = pickle.dumps({"boom": 1})
     _tar_with(tmp_path / "p.tar", "0000000001.y.pickle", payload)
-    with pytest.raises(ValueError, match="pickle"):
+    from gtscale.data.shardfile import ShardError
+
+    with pytest.raises(ShardError, match="unpickling"):
         list(iter_shard(tmp_path / "p.tar"))
     buf = io.BytesIO()
     np.save(buf, np.array([object()], dtype=object), allow_pickle=True)
