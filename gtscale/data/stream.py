@@ -163,10 +163,11 @@ class _Item(NamedTuple):
 
 
 def _ignore_stop_signals(worker_id: int) -> None:
-    """Workers leave SIGTERM / SIGUSR1 to the training process, which checkpoints and then ends
-    them: SLURM signals every process of a job step, and a worker dying of SIGTERM would make the
-    DataLoader raise in the middle of the orderly stop."""
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    """Workers leave SIGUSR1 (SLURM's warning before a time limit or preemption, which it may send
+    to every process of a job step) to the training process, which checkpoints and then ends them.
+
+    SIGTERM is left alone: it is how torch and multiprocessing end workers (an ignored SIGTERM
+    hangs the exit), so a SIGTERM sent to the whole process group still kills the workers."""
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
 

@@ -115,27 +115,42 @@ def _laplacian_encodings(adj: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarra
 _BATCHED_SPD_MAX_NODES = 96
 
 
+#: Graphs up to this size get predecessors from the BFS itself: a float64 matmul against the
+#: adjacency weighted by 2^k sums distinct powers of two, exact below 2^53.
+_PREDECESSOR_BITS_MAX_NODES = 52
+
+
 def _batched_shortest_paths(adj: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """BFS from every node of G graphs at once: stacked boolean adjacencies [G, N, N] →
-    (spd uint8 [G, N, N], pred [G, N, N]) with the conventions of `shortest_paths`."""
+    (spd uint8 [G, N, N], pred [G, N, N]) with the conventions of `shortest_paths`.
+
+    Hop h's frontier is F_h = (F_{h-1} · A > 0) minus what was reached. With A's row k weighted by
+    2^k, (F_{h-1} · A_w)[i, j] is the sum of 2^k over the nodes k at distance h−1 from i with an
+    edge k→j, i.e. over j's possible predecessors; its highest set bit names one of them."""
     g, n, _ = adj.shape
-    adj_f = adj.astype(np.float32)
+    dtype = schema.pred_dtype(n)
+    with_bits = n <= _PREDECESSOR_BITS_MAX_NODES
+    weights = adj * (2.0 ** np.arange(n))[None, :, None] if with_bits else adj.astype(np.float32)
     dist = np.full((g, n, n), schema.SPD_UNREACHABLE, dtype=np.int16)
+    pred = np.full((g, n, n), schema.pred_sentinel(dtype), dtype=dtype)
     frontier = np.broadcast_to(np.eye(n, dtype=bool), (g, n, n)).copy()
     reached = frontier.copy()
     dist[frontier] = 0
     hop = 0
     while True:
         hop += 1
-        frontier = (np.matmul(frontier.astype(np.float32), adj_f) > 0) & ~reached
+        sums = np.matmul(frontier.astype(weights.dtype), weights)
+        frontier = (sums > 0) & ~reached
         if not frontier.any():
             break
         dist[frontier] = min(hop, schema.SPD_MAX)
+        if with_bits:
+            pred[frontier] = np.frexp(sums[frontier])[1] - 1  # sums = m·2^e, m in [0.5, 1): top bit e−1
         reached |= frontier
-    # pred[i, j] = first k with an edge k→j and dist[i, k] = dist[i, j] - 1.
-    is_pred = (dist[:, :, None, :] == dist[:, :, :, None] - 1) & np.swapaxes(adj, 1, 2)[:, None, :, :]
-    dtype = schema.pred_dtype(n)
-    pred = np.where(is_pred.any(axis=3), is_pred.argmax(axis=3), schema.pred_sentinel(dtype)).astype(dtype)
+    if not with_bits:
+        # pred[i, j] = first k with an edge k→j and dist[i, k] = dist[i, j] - 1.
+        is_pred = (dist[:, :, None, :] == dist[:, :, :, None] - 1) & np.swapaxes(adj, 1, 2)[:, None, :, :]
+        pred = np.where(is_pred.any(axis=3), is_pred.argmax(axis=3), schema.pred_sentinel(dtype)).astype(dtype)
     return dist.astype(np.uint8), pred
 
 
