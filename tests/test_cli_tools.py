@@ -1,0 +1,47 @@
+"""The reporting commands run end to end: benchmarks write the JSON they print, plot draws a PNG."""
+
+import json
+
+import pytest
+
+from gtscale.cli import main
+
+
+def test_bench_shard_json(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    assert main(["bench", "shard", "--limit", "300", "--rounds", "1", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    rows = {r["stage"]: r for r in result["rows"]}
+    assert rows["ogb smiles2graph"]["vs_smiles2graph"] == pytest.approx(1.0)
+    assert result["full_path_vs_smiles2graph"] == pytest.approx(rows["gtscale full path"]["vs_smiles2graph"])
+    assert all(r["mol_per_s"] > 0 for r in result["rows"])
+    assert "gtscale full path" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_bench_train_json(tmp_path, monkeypatch):
+    out = tmp_path / "train.json"
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert main(["bench", "train", "--steps", "3", "--rounds", "1", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["loop_graphs_per_s"] > 0 and result["model_alone_graphs_per_s"] > 0
+    assert result["loop_vs_model_alone"] == pytest.approx(result["loop_graphs_per_s"] / result["model_alone_graphs_per_s"])
+
+
+def test_plot_draws_the_curves_of_a_resumed_run(tmp_path):
+    from gtscale.train.plot import read_metrics
+
+    rows = [{"step": s, "split": "train", "loss": 1.0 / s, "lr": 0.001} for s in range(1, 6)]
+    rows += [{"step": 3, "split": "train", "loss": 0.5, "lr": 0.001}]  # a resumed run repeats step 3
+    rows += [{"step": 5, "split": "valid", "mae": 2.0, "samples": 10}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["plot", str(tmp_path)]) == 0
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    series = read_metrics(tmp_path / "metrics.jsonl")
+    assert dict(series["train"]["loss"])[3] == 0.5 and len(series["train"]["loss"]) == 5
+
+
+def test_plot_names_a_bad_line(tmp_path, capsys):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "split": "train", "loss": 1}\nnot json\n')
+    assert main(["plot", str(tmp_path)]) == 2
+    assert "metrics.jsonl:2" in capsys.readouterr().err
