@@ -14,7 +14,7 @@ import math
 import os
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
@@ -337,50 +337,75 @@ class Trainer:
     # --- the run ------------------------------------------------------------------------------------
     def fit(self) -> int:
         """Train to schedule.total_steps (or max_steps); returns the process exit status."""
-        cfg = self.cfg
         for signum in (signal.SIGTERM, signal.SIGUSR1):
             signal.signal(signum, self._on_signal)
-        last_stop = min(cfg.schedule.total_steps, cfg.max_steps or cfg.schedule.total_steps)
+        last_step = min(self.cfg.schedule.total_steps, self.cfg.max_steps or self.cfg.schedule.total_steps)
         batches = self._train_batches()
-        window_start, window_graphs, window_steps = time.perf_counter(), 0, 0
-        window_pairs = [0, 0]  # real node pairs, padded node pairs
+        window = ThroughputWindow()
         try:
-            while self.step < last_stop:
+            while self.step < last_step:
                 result = self.train_step(batches)
-                window_steps += 1
-                window_graphs += result.graphs
-                window_pairs[0] += result.real_pairs
-                window_pairs[1] += result.padded_pairs
-                lr = self.scheduler.get_last_lr()[0]
-                if window_steps == 1 and self.step == 1:  # optimizer state exists after the first step
-                    per_rank = checkpoint.gather_to_all(self.optimizer_state_bytes())
-                    self.log.metrics(self.step, "memory", {f"optimizer_state_bytes_rank{r}": b for r, b in enumerate(per_rank)})
-                if result.skipped:
-                    self.log.message(f"step {self.step}: skipped {result.skipped} micro-batch(es) with a non-finite loss")
-                    self.log.metrics(self.step, "train", {"nonfinite_skipped": result.skipped})
-                if self.step % cfg.logging.every == 0 or self.step == last_stop:
-                    elapsed = time.perf_counter() - window_start
-                    self.log.metrics(self.step, "train", {
-                        "loss": result.loss, "lr": lr, "steps_per_s": window_steps / elapsed,
-                        "graphs_per_s": window_graphs * self.world_size / elapsed,  # all ranks (equal batch counts)
-                        "padding_efficiency": window_pairs[0] / max(1, window_pairs[1]), "epoch": self.train_loader.epoch,
-                    })
-                    window_start, window_steps, window_graphs, window_pairs = time.perf_counter(), 0, 0, [0, 0]
-                self.log.progress(1, loss=result.loss, lr=lr, graphs_per_s=result.graphs * self.world_size / max(1e-9, result.seconds))
-                evaluate_now = cfg.eval.every and self.step % cfg.eval.every == 0 or self.step == last_stop
-                save_now = self.step % cfg.checkpoint.every == 0 or self.step == last_stop
-                if evaluate_now:
-                    metrics = self.evaluate()
-                    save_now = self._maybe_best(metrics) or save_now
-                    self.log.metrics(self.step, cfg.data.eval_split, metrics)
-                    self.log.message(f"step {self.step} {cfg.data.eval_split}: " + " ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()))
-                if save_now or result.stop:
-                    self.save_checkpoint()
-                    if self.rank == 0 and "tag" in self.best:
-                        atomic_write_text(self.run_dir / checkpoint.BEST_FILE, json.dumps(self.best))
+                window.add(result)
+                if self.step % self.cfg.logging.every == 0 or self.step == last_step:
+                    self._log_train(result, window)
+                    window = ThroughputWindow()
+                self.log.progress(1, loss=result.loss, lr=self.scheduler.get_last_lr()[0],
+                                  graphs_per_s=result.graphs * self.world_size / max(1e-9, result.seconds))
+                self._evaluate_and_save(result, final=self.step == last_step)
                 if result.stop:
                     self.log.message(f"step {self.step}: stop requested by signal; checkpoint saved, exiting with {EXIT_PREEMPTED} for requeue")
                     return EXIT_PREEMPTED
         finally:
             self.log.close()
         return 0
+
+    def _log_train(self, result: StepResult, window: "ThroughputWindow") -> None:
+        if self.step == window.steps:  # the first window: optimizer state exists after the first step
+            per_rank = checkpoint.gather_to_all(self.optimizer_state_bytes())
+            self.log.metrics(self.step, "memory", {f"optimizer_state_bytes_rank{r}": b for r, b in enumerate(per_rank)})
+        if window.skipped:
+            self.log.message(f"step {self.step}: {window.skipped} micro-batch(es) with a non-finite loss dropped since the last line")
+        values = {"loss": result.loss, "lr": self.scheduler.get_last_lr()[0], "epoch": self.train_loader.epoch, "nonfinite_skipped": window.skipped}
+        self.log.metrics(self.step, "train", values | window.rates(self.world_size))
+
+    def _evaluate_and_save(self, result: StepResult, final: bool) -> None:
+        """Evaluate every eval.every steps, checkpoint every checkpoint.every steps, on a new best
+        metric and when a stop was requested; both at the last step."""
+        cfg = self.cfg
+        save = final or result.stop or self.step % cfg.checkpoint.every == 0
+        if final or (cfg.eval.every and self.step % cfg.eval.every == 0):
+            metrics = self.evaluate()
+            save = self._maybe_best(metrics) or save
+            self.log.metrics(self.step, cfg.data.eval_split, metrics)
+            self.log.message(f"step {self.step} {cfg.data.eval_split}: " + " ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()))
+        if save:
+            self.save_checkpoint()
+            if self.rank == 0 and "tag" in self.best:
+                atomic_write_text(self.run_dir / checkpoint.BEST_FILE, json.dumps(self.best))
+
+
+@dataclass
+class ThroughputWindow:
+    """What happened since the last metrics line: the figures of its throughput."""
+
+    start: float = field(default_factory=time.perf_counter)
+    steps: int = 0
+    graphs: int = 0
+    real_pairs: int = 0
+    padded_pairs: int = 0
+    skipped: int = 0
+
+    def add(self, result: StepResult) -> None:
+        self.steps += 1
+        self.graphs += result.graphs
+        self.real_pairs += result.real_pairs
+        self.padded_pairs += result.padded_pairs
+        self.skipped += result.skipped
+
+    def rates(self, world_size: int) -> dict[str, float]:
+        elapsed = max(1e-9, time.perf_counter() - self.start)
+        return {
+            "steps_per_s": self.steps / elapsed,
+            "graphs_per_s": self.graphs * world_size / elapsed,  # all ranks: every rank runs the same batch count
+            "padding_efficiency": self.real_pairs / max(1, self.padded_pairs),
+        }
