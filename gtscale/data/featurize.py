@@ -3,8 +3,7 @@
 OGB's reference converts every atom property through `str()` of an RDKit enum and `list.index`
 on a Python list, nine calls deep per atom. Here each feature is one dict lookup, the dicts built
 once from OGB's own `allowable_features` (so the two cannot drift apart); properties are read with
-`map` over unbound RDKit methods, ring membership comes from one whole-molecule call, and each
-array is built by a single numpy call. Output arrays use the record dtypes of schema.py.
+`map` over unbound RDKit methods, and each array is built by a single numpy call. Output arrays use the record dtypes of schema.py.
 """
 
 from __future__ import annotations
@@ -93,10 +92,6 @@ def featurize_mol(mol: Chem.Mol, has_chirality: bool = True, may_have_bond_stere
     # rdkit.Chem that costs more than all the property reads together.
     n = mol.GetNumAtoms()
     atoms = list(map(mol.GetAtomWithIdx, range(n)))
-    in_ring = [0] * n
-    for ring in mol.GetRingInfo().AtomRings():  # one call instead of IsInRing() per atom
-        for i in ring:
-            in_ring[i] = 1
     columns = [
         [_ATOMIC_NUM[v] for v in map(_Atom.GetAtomicNum, atoms)],
         [_CHIRALITY[v] for v in map(_Atom.GetChiralTag, atoms)] if has_chirality else [_UNSPECIFIED_CHIRALITY] * n,
@@ -106,7 +101,7 @@ def featurize_mol(mol: Chem.Mol, has_chirality: bool = True, may_have_bond_stere
         [_RADICAL[v] for v in map(_Atom.GetNumRadicalElectrons, atoms)],
         [_HYBRIDIZATION[v] for v in map(_Atom.GetHybridization, atoms)],
         list(map(_Atom.GetIsAromatic, atoms)),
-        in_ring,
+        list(map(_Atom.IsInRing, atoms)),
     ]
     x = np.array(columns, dtype=np.uint8).T.copy()
 

@@ -9,17 +9,17 @@
   one included), for the Energy Transformer and GT-style models.
 
 `structure_many` computes these for a list of graphs at once: graphs of equal size share one
-stacked LAPACK call, which is what makes per-molecule linear algebra cheap.
+stacked LAPACK call, which is what makes per-molecule linear algebra cheap; shortest paths come
+from a BFS compiled with numba, per graph.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 import torch
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import shortest_path
 
 from gtscale.data import schema
 
@@ -36,24 +36,59 @@ class StructureOptions:
             raise ValueError("svd_rank and lap_k must be >= 0")
 
 
+@numba.njit(cache=True, nogil=True)
+def _bfs_all_sources(src, dst, n, spd, pred, no_pred):
+    """BFS from every node along directed edges src[t]→dst[t], filling spd and pred in place.
+
+    pred[s, v] is the node from which BFS first reached v: the node before v on a shortest s→v
+    path. Compiled by numba: one molecule takes a few microseconds, where numpy needs dozens of
+    array operations per BFS hop."""
+    out_start = np.zeros(n + 1, np.int64)  # CSR of out-neighbours
+    for t in range(src.shape[0]):
+        out_start[src[t] + 1] += 1
+    for u in range(n):
+        out_start[u + 1] += out_start[u]
+    out_nbr = np.empty(src.shape[0], np.int64)
+    fill = out_start[:-1].copy()
+    for t in range(src.shape[0]):
+        out_nbr[fill[src[t]]] = dst[t]
+        fill[src[t]] += 1
+    queue = np.empty(n, np.int64)
+    for s in range(n):
+        spd[s, :] = SPD_UNREACHABLE
+        pred[s, :] = no_pred
+        spd[s, s] = 0
+        head, tail = 0, 1
+        queue[0] = s
+        while head < tail:
+            u = queue[head]
+            head += 1
+            hops = min(spd[s, u] + 1, SPD_MAX)
+            for t in range(out_start[u], out_start[u + 1]):
+                v = out_nbr[t]
+                if spd[s, v] == SPD_UNREACHABLE and v != s:
+                    spd[s, v] = hops
+                    pred[s, v] = u
+                    queue[tail] = v
+                    tail += 1
+
+
+SPD_UNREACHABLE = schema.SPD_UNREACHABLE  # module constants: numba compiles them in
+SPD_MAX = schema.SPD_MAX
+_UINT8_MAX = 255
+
+
 def shortest_paths(edge_index: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
     """(spd uint8 [N,N], pred [N,N]) along directed edges, unweighted (BFS from every node).
 
     spd holds SPD_UNREACHABLE where no path exists and caps longer paths at SPD_MAX.
     pred[i, j] is the node before j on one shortest i→j path; the dtype's max where there is none
     (i == j, or unreachable)."""
-    n = num_nodes
-    graph = csr_matrix(
-        (np.ones(edge_index.shape[1], dtype=np.float64), (edge_index[0].astype(np.int64), edge_index[1].astype(np.int64))),
-        shape=(n, n),
-    )
-    dist, pred = shortest_path(graph, method="D", directed=True, unweighted=True, return_predecessors=True)
-    spd = np.full((n, n), schema.SPD_UNREACHABLE, dtype=np.uint8)
-    reachable = np.isfinite(dist)
-    spd[reachable] = np.minimum(dist[reachable], schema.SPD_MAX).astype(np.uint8)
-    dtype = schema.pred_dtype(n)
-    pred_out = np.where(pred < 0, schema.pred_sentinel(dtype), pred).astype(dtype)
-    return spd, pred_out
+    dtype = schema.pred_dtype(num_nodes)
+    spd = np.empty((num_nodes, num_nodes), dtype=np.uint8)
+    pred = np.empty((num_nodes, num_nodes), dtype=dtype)
+    _bfs_all_sources(edge_index[0], edge_index[1], num_nodes, spd, pred, dtype.type(schema.pred_sentinel(dtype)))
+    return spd, pred
 
 
 def _eigh(symmetric: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -111,54 +146,13 @@ def _laplacian_encodings(adj: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarra
     return vecs.astype(np.float16), vals.astype(np.float16)
 
 
-#: Above this size the batched O(N³) predecessor search costs more than scipy's per-graph BFS.
-_BATCHED_SPD_MAX_NODES = 96
-
-
-#: Graphs up to this size get predecessors from the BFS itself: a float64 matmul against the
-#: adjacency weighted by 2^k sums distinct powers of two, exact below 2^53.
-_PREDECESSOR_BITS_MAX_NODES = 52
-
-
-def _batched_shortest_paths(adj: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """BFS from every node of G graphs at once: stacked boolean adjacencies [G, N, N] →
-    (spd uint8 [G, N, N], pred [G, N, N]) with the conventions of `shortest_paths`.
-
-    Hop h's frontier is F_h = (F_{h-1} · A > 0) minus what was reached. With A's row k weighted by
-    2^k, (F_{h-1} · A_w)[i, j] is the sum of 2^k over the nodes k at distance h−1 from i with an
-    edge k→j, i.e. over j's possible predecessors; its highest set bit names one of them."""
-    g, n, _ = adj.shape
-    dtype = schema.pred_dtype(n)
-    with_bits = n <= _PREDECESSOR_BITS_MAX_NODES
-    weights = adj * (2.0 ** np.arange(n))[None, :, None] if with_bits else adj.astype(np.float32)
-    dist = np.full((g, n, n), schema.SPD_UNREACHABLE, dtype=np.int16)
-    pred = np.full((g, n, n), schema.pred_sentinel(dtype), dtype=dtype)
-    frontier = np.broadcast_to(np.eye(n, dtype=bool), (g, n, n)).copy()
-    reached = frontier.copy()
-    dist[frontier] = 0
-    hop = 0
-    while True:
-        hop += 1
-        sums = np.matmul(frontier.astype(weights.dtype), weights)
-        frontier = (sums > 0) & ~reached
-        if not frontier.any():
-            break
-        dist[frontier] = min(hop, schema.SPD_MAX)
-        if with_bits:
-            pred[frontier] = np.frexp(sums[frontier])[1] - 1  # sums = m·2^e, m in [0.5, 1): top bit e−1
-        reached |= frontier
-    if not with_bits:
-        # pred[i, j] = first k with an edge k→j and dist[i, k] = dist[i, j] - 1.
-        is_pred = (dist[:, :, None, :] == dist[:, :, :, None] - 1) & np.swapaxes(adj, 1, 2)[:, None, :, :]
-        pred = np.where(is_pred.any(axis=3), is_pred.argmax(axis=3), schema.pred_sentinel(dtype)).astype(dtype)
-    return dist.astype(np.uint8), pred
 
 
 def structure_many(graphs: list[tuple[np.ndarray, int]], options: StructureOptions) -> list[dict[str, np.ndarray]]:
     """Structural arrays for each (edge_index, num_nodes); one dict of record keys per graph.
 
-    Graphs of equal size are stacked so that BFS, degrees and the eigen/singular decompositions
-    run as a few array operations per size instead of dozens of calls per graph."""
+    Graphs of equal size are stacked so that degrees and the eigen/singular decompositions run as
+    a few array operations per size instead of dozens of calls per graph."""
     results: list[dict[str, np.ndarray]] = [{} for _ in graphs]
     by_size: dict[int, list[int]] = {}
     for i, (_, n) in enumerate(graphs):
@@ -172,18 +166,19 @@ def structure_many(graphs: list[tuple[np.ndarray, int]], options: StructureOptio
         adj = np.zeros((g, n, n), dtype=bool)
         adj[graph_of_edge, src, dst] = True
         if options.spd:
-            if n <= _BATCHED_SPD_MAX_NODES:
-                spd, pred = _batched_shortest_paths(adj)
-            else:
-                spd, pred = map(np.stack, zip(*(shortest_paths(graphs[i][0], n) for i in members)))
-            for j, i in enumerate(members):
-                results[i][schema.SPD], results[i][schema.PRED] = spd[j], pred[j]
+            for i in members:
+                results[i][schema.SPD], results[i][schema.PRED] = shortest_paths(graphs[i][0], n)
         if options.degree:
             in_deg = np.bincount(graph_of_edge * n + dst, minlength=g * n).reshape(g, n)
             out_deg = np.bincount(graph_of_edge * n + src, minlength=g * n).reshape(g, n)
+            largest = np.maximum(in_deg.max(axis=1, initial=0), out_deg.max(axis=1, initial=0)).tolist()
+            in8, out8 = in_deg.astype(np.uint8), out_deg.astype(np.uint8)  # what nearly every graph needs
             for j, i in enumerate(members):
-                dtype = schema.smallest_uint(int(max(in_deg[j].max(initial=0), out_deg[j].max(initial=0))))
-                results[i][schema.IN_DEGREE], results[i][schema.OUT_DEGREE] = in_deg[j].astype(dtype), out_deg[j].astype(dtype)
+                if largest[j] <= _UINT8_MAX:
+                    results[i][schema.IN_DEGREE], results[i][schema.OUT_DEGREE] = in8[j], out8[j]
+                else:
+                    dtype = schema.smallest_uint(largest[j])
+                    results[i][schema.IN_DEGREE], results[i][schema.OUT_DEGREE] = in_deg[j].astype(dtype), out_deg[j].astype(dtype)
         if options.svd_rank or options.lap_k:
             adj_f = adj.astype(np.float64)
             if options.svd_rank:

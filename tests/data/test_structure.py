@@ -69,7 +69,7 @@ def test_directed_graphs(graph):
     assert np.array_equal(out[schema.IN_DEGREE], np.bincount(edge_index[1], minlength=n))
 
 
-def test_large_graph_takes_the_per_graph_path_with_uint16_predecessors():
+def test_large_graph_gets_uint16_predecessors():
     n = 300
     ring = np.array([np.arange(n), (np.arange(n) + 1) % n])
     edge_index = np.concatenate([ring, ring[::-1]], axis=1)
@@ -148,3 +148,13 @@ def test_options_switch_keys_off():
     edge_index = np.array([[0, 1], [1, 0]])
     out = structure(edge_index, 2, StructureOptions(spd=False, degree=False, svd_rank=0, lap_k=0))
     assert out == {}
+
+
+def test_degrees_above_255_take_uint16():
+    n = 300
+    star = np.array([np.zeros(n - 1, dtype=np.int64), np.arange(1, n)])
+    edge_index = np.concatenate([star, star[::-1]], axis=1)
+    small = np.array([[0, 1], [1, 0]])
+    hub, pair = structure_many([(edge_index, n), (small, 2)], StructureOptions(spd=False, svd_rank=0, lap_k=0))
+    assert hub[schema.IN_DEGREE].dtype == np.uint16 and hub[schema.IN_DEGREE][0] == n - 1
+    assert pair[schema.IN_DEGREE].dtype == np.uint8 and pair[schema.OUT_DEGREE].tolist() == [1, 1]
