@@ -131,3 +131,12 @@ def test_nonfinite_losses_stop_every_rank_with_a_message(tpsa_shards, tmp_path):
     assert codes == [1, 1], logs(tmp_path / "log")
     assert "3 non-finite losses in a row" in logs(tmp_path / "log")
     assert max(metrics(tmp_path / "run")) < 50
+
+
+def test_bf16_preset_trains_with_finite_losses(tpsa_shards, tmp_path):
+    """The shipped DeepSpeed presets train in bf16 (DeepSpeed's bf16 engine, CPU here)."""
+    cfg = write_config(tmp_path / "c.yaml", tpsa_shards, tmp_path / "run", deepspeed="zero2", schedule={"total_steps": 6, "warmup_steps": 2})
+    assert run_ranks(1, [str(cfg)], tmp_path / "log") == [0], logs(tmp_path / "log")
+    losses = [row["loss"] for row in metrics(tmp_path / "run").values()]
+    assert len(losses) == 6 and all(np.isfinite(losses))
+    assert (tmp_path / "run" / "config.yaml").read_text().count("precision: bf16") == 1
