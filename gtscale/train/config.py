@@ -27,6 +27,14 @@ class DataConfig:
 
 
 @dataclass
+class AuxDistanceConfig:
+    """EGT's distance-prediction objective on the output edge embeddings (the model needs output_edges)."""
+
+    max_hops: int = 8  # ν: predict hop counts 0..ν; farther and unreachable pairs are not scored
+    weight: float = 0.1  # κ: weight of its cross-entropy in the loss
+
+
+@dataclass
 class TaskConfig:
     loss: Literal["l1", "mse", "bce"] = "l1"  # l1 for MAE tasks (PCQM4Mv2), bce for binary tasks
     metric: Literal["mae", "rocauc", "ap"] = "mae"  # what selects the best checkpoint
@@ -34,6 +42,7 @@ class TaskConfig:
     head: dict = field(default_factory=dict)  # head overrides on top of the model YAML's `head` section
     target_scale: float = 1.0  # regression: the model predicts y / target_scale (keeps targets O(1))
     target_shift: float = 0.0  # regression: … and (y − target_shift)
+    aux_distance: Optional[AuxDistanceConfig] = None  # EGT's auxiliary distance prediction; off when absent
 
     def __post_init__(self):
         if self.target_scale <= 0:

@@ -47,7 +47,8 @@ def export(run_dir: Path, tag: str, out: Path) -> Path:
         state = get_fp32_state_dict_from_zero_checkpoint(str(run_dir / "checkpoints"), tag=tag)
     else:  # ZeRO 0: the full fp32 module is in the model-states file, read without running code
         state = safe_torch_load(folder / "mp_rank_00_model_states.pt")["module"]
-    state = {k: v.detach().float().contiguous().clone() for k, v in state.items()}
+    # The auxiliary distance head only shapes training; the export is the backbone and task head.
+    state = {k: v.detach().float().contiguous().clone() for k, v in state.items() if not k.startswith("distance_head.")}
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / "model.pt.tmp"

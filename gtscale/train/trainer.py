@@ -42,15 +42,23 @@ EXIT_PREEMPTED = 75
 
 
 class GraphTaskModel(nn.Module):
-    """Backbone + task head as one module, so DeepSpeed wraps (and ZeRO partitions) both."""
+    """Backbone + task head (+ EGT's distance-prediction head) as one module, so DeepSpeed wraps
+    (and ZeRO partitions) them all.
 
-    def __init__(self, backbone: nn.Module, head: nn.Module):
+    forward returns (task scores, the weighted auxiliary loss or None)."""
+
+    def __init__(self, backbone: nn.Module, head: nn.Module, distance_head: nn.Module | None = None):
         super().__init__()
         self.backbone = backbone
         self.head = head
+        self.distance_head = distance_head
 
-    def forward(self, batch: Batch) -> torch.Tensor:
-        return self.head(self.backbone(batch))
+    def forward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor | None]:
+        outputs = self.backbone(batch)
+        aux = None
+        if self.distance_head is not None and self.training:
+            aux = self.distance_head.distance_loss(self.distance_head(outputs), batch)
+        return self.head(outputs), aux
 
 
 def build_task_model(cfg: TrainConfig, num_targets: int) -> tuple[GraphTaskModel, dict]:
@@ -59,7 +67,10 @@ def build_task_model(cfg: TrainConfig, num_targets: int) -> tuple[GraphTaskModel
     model_cfg = resolve_model_config(cfg)
     backbone = build_model(model_cfg)
     head_cfg = {**model_cfg.get("head", {"kind": "graph"}), **cfg.task.head, "num_outputs": num_targets}
-    return GraphTaskModel(backbone, build_head(head_cfg, backbone)), model_cfg
+    distance_head = None
+    if cfg.task.aux_distance is not None:  # EGT's auxiliary objective (needs output_edges: true)
+        distance_head = build_head({"kind": "distance", **to_dict(cfg.task.aux_distance)}, backbone)
+    return GraphTaskModel(backbone, build_head(head_cfg, backbone), distance_head), model_cfg
 
 
 def load_backbone(model: GraphTaskModel, path: str) -> int:
@@ -248,8 +259,10 @@ class Trainer:
         stop = False
         while done < self.cfg.deepspeed.gradient_accumulation_steps:
             batch = self._to_device(next(batches))
-            scores = self.engine(batch)
+            scores, aux_loss = self.engine(batch)
             loss = task_loss(scores, batch.y, batch.y_mask, self.cfg.task)
+            if aux_loss is not None:
+                loss = loss + aux_loss
             flags = torch.tensor([0.0 if torch.isfinite(loss) else 1.0, float(self._stop_signal), loss.item() if torch.isfinite(loss) else 0.0], dtype=torch.float64)
             dist.all_reduce(flags)  # sums: any non-finite, any stop request, total loss
             if flags[0] > 0:
@@ -286,7 +299,7 @@ class Trainer:
         filler = self.eval_loader.filler_batch()
         for batch in lockstep(self.eval_loader, filler, device=self.device if self.device.type == "cuda" else "cpu"):
             batch = self._to_device(batch)
-            pred = predictions(self.engine(batch), self.cfg.task)
+            pred = predictions(self.engine(batch)[0], self.cfg.task)
             target = torch.where(batch.y_mask, batch.y.float(), torch.nan)
             idx.append(batch.idx)
             rows.append(torch.cat([pred, target], dim=1))

@@ -1,0 +1,32 @@
+"""The task model in one process: EGT's auxiliary distance objective is wired into the loss."""
+
+import torch
+
+from launcher import write_config
+
+
+def test_aux_distance_loss_trains_its_head_and_is_off_in_eval(tpsa_shards, tmp_path):
+    from gtscale.data.stream import LoaderConfig, build_loader
+    from gtscale.train.config import load_train_config
+    from gtscale.train.tasks import task_loss
+    from gtscale.train.trainer import build_task_model, loader_keys
+
+    cfg_path = write_config(tmp_path / "c.yaml", tpsa_shards, tmp_path / "run", model_overrides={
+        "num_layers": 2, "node_width": 32, "edge_width": 8, "num_heads": 4, "num_virtual_nodes": 1, "output_edges": True,
+    }, task={"aux_distance": {"max_hops": 4, "weight": 0.5}})
+    cfg = load_train_config(cfg_path, [])
+    torch.manual_seed(0)
+    model, model_cfg = build_task_model(cfg, num_targets=1)
+    keys, _ = loader_keys(model.backbone, model_cfg)
+    loader = build_loader(tpsa_shards, "valid", LoaderConfig(batching="graphs", batch_size=8, num_workers=0, keys=keys), train=False)
+    batch = next(iter(loader))
+
+    model.train()
+    scores, aux = model(batch)
+    assert aux is not None and torch.isfinite(aux) and aux > 0
+    (task_loss(scores, batch.y, batch.y_mask, cfg.task) + aux).backward()
+    grads = [p.grad for p in model.distance_head.parameters()]
+    assert all(g is not None and g.abs().sum() > 0 for g in grads)
+
+    model.eval()
+    assert model(batch)[1] is None  # evaluation scores the task only
