@@ -9,7 +9,6 @@ renamed when complete, so a killed run never leaves a truncated shard that looks
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import tarfile
@@ -17,7 +16,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Mapping
 
-import numpy as np
 
 from gtscale.data import schema
 from gtscale.shards.npy import encode_npy

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import pickle
 import signal
 import time
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from gtscale.data.batch import Batch
 from gtscale.data.distributed_eval import gather_predictions, lockstep
 from gtscale.data.stream import build_loader
 from gtscale.errors import UserError
-from gtscale.io import atomic_write_text
+from gtscale.io import atomic_write_text, safe_torch_load
 from gtscale.train import checkpoint
 from gtscale.train.config import TrainConfig, resolve_model_config
 from gtscale.train.run_log import RunLog
@@ -77,7 +78,10 @@ def load_backbone(model: GraphTaskModel, path: str) -> int:
     """Start from an exported model's backbone (pretrain → fine-tune); the task head stays new.
 
     The file is read with weights_only=True: tensors only, nothing in it can run code."""
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        state = safe_torch_load(path)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as err:
+        raise UserError(f"init_from: {path} is not a weights-only model file (write it with `gtscale export`)") from err
     backbone = {k.removeprefix("backbone."): v for k, v in state.items() if k.startswith("backbone.")}
     missing, unexpected = model.backbone.load_state_dict(backbone, strict=False)
     if missing or unexpected:
