@@ -14,9 +14,9 @@ from gtscale.errors import EXIT_USER_ERROR, UserError
 
 #: command → (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "shard": ("gtscale.shards.cli", "convert a dataset into WebDataset shards with precomputed structure"),
-    "merge-parts": ("gtscale.shards.merge_cli", "merge the manifests of a sharding run split with --num-parts"),
-    "inspect": ("gtscale.shards.inspect", "summarise a shard directory; --verify checks every shard"),
+    "shard": ("gtscale.prep.cli", "convert a dataset into WebDataset shards with precomputed structure"),
+    "merge-parts": ("gtscale.prep.merge_cli", "merge the manifests of a sharding run split with --num-parts"),
+    "inspect": ("gtscale.format.inspect", "summarise a shard directory; --verify checks every shard"),
     "model-info": ("gtscale.models.info", "print a model config's architecture summary and parameter count"),
     "train": ("gtscale.train.cli", "train a model with DeepSpeed (start with torchrun, deepspeed or srun)"),
     "export": ("gtscale.train.export", "consolidated fp32 weights + model config of a run's checkpoint"),

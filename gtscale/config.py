@@ -19,6 +19,11 @@ from gtscale.errors import UserError
 
 T = TypeVar("T")
 
+#: The YAML presets shipped inside the package (models/, tasks/, deepspeed/), so that an installed
+#: gtscale resolves `model: egt-small` or `deepspeed: zero2` wherever it runs. The repository's
+#: top-level `configs` is a link to this folder.
+CONFIG_ROOT = Path(__file__).resolve().parent / "configs"
+
 
 def load_yaml(path: str | Path) -> dict:
     path = Path(path)

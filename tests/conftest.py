@@ -1,5 +1,37 @@
+"""Session fixtures shared by every test folder; helper modules (fixtures_ogb.py, shard_fixtures.py)
+are imported by name from this folder."""
+
+import os
 import sys
 from pathlib import Path
 
-# Test helper modules (fixtures_ogb.py) are imported by name from this folder.
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parent))
+
+from shard_fixtures import SHARD_SIZES, nci_records, write_dataset  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def nci_by_idx() -> dict[int, dict]:
+    """idx → record for every molecule in the shard fixtures."""
+    return dict(nci_records(sum(sum(sizes) for sizes in SHARD_SIZES.values())))
+
+
+@pytest.fixture(scope="session")
+def nci_shards(tmp_path_factory, nci_by_idx) -> Path:
+    """A read-only manifest folder with uneven train/valid/test splits (tests must not modify it)."""
+    return write_dataset(tmp_path_factory.mktemp("nci_shards"), list(nci_by_idx.items()), SHARD_SIZES)
+
+
+@pytest.fixture
+def nci_shards_copy(tmp_path, nci_shards) -> Path:
+    """A private copy of the shard folder, for tests that corrupt files."""
+    target = tmp_path / "shards"
+    for path in nci_shards.rglob("*"):
+        if path.is_file():
+            dest = target / path.relative_to(nci_shards)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(path.read_bytes())
+            os.chmod(dest, 0o644)
+    return target

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from gtscale.data.sources.bundled import NCI_SMILES, NCI_TPSA
+from gtscale.prep.sources.bundled import NCI_SMILES, NCI_TPSA
 
 
 def nci_rows(count: int, start: int = 0) -> tuple[list[str], np.ndarray]:

@@ -25,15 +25,16 @@ from pathlib import Path
 
 import numpy as np
 
-from gtscale.data import schema
-from gtscale.data.featurize import FeaturizeError, featurize_smiles
-from gtscale.data.sources.bundled import NCI_TPSA
-from gtscale.data.stream import LoaderConfig, build_loader
-from gtscale.data.structure import StructureOptions, structure_many
+from gtscale.format import schema
+from gtscale.prep.featurize import FeaturizeError, featurize_smiles
+from gtscale.prep.sources.bundled import NCI_TPSA
+from gtscale.loader.config import LoaderConfig
+from gtscale.loader.stream import build_loader
+from gtscale.prep.structure import StructureOptions, structure_many
 from gtscale.errors import UserError
-from gtscale.shards.manifest import load_manifest
+from gtscale.format.manifest import load_manifest
 from gtscale.io import atomic_write_text
-from gtscale.shards.tario import sample_key, write_shard
+from gtscale.format.tario import sample_key, write_shard
 
 TARGETS = {"egt_graphs_per_s": 5000, "path_edges_graphs_per_s": 2000, "padding_efficiency": 0.90}
 EGT_KEYS = [schema.SPD, schema.IN_DEGREE, schema.OUT_DEGREE, schema.SVD_PE, schema.Y]
@@ -146,8 +147,8 @@ def _print(setup: dict, rows: list[dict]) -> None:
 
 
 def _node_counts(manifest: dict, split: str) -> list[int]:
-    from gtscale.data.decode import decode_array
-    from gtscale.data.shardfile import iter_samples, manifest_shards, read_shard
+    from gtscale.format.decode import decode_array
+    from gtscale.format.shardfile import iter_samples, manifest_shards, read_shard
 
     return [
         decode_array(members["x.npy"], "x.npy").shape[0]

@@ -5,7 +5,7 @@ The batch: molecules of RDKit's bundled NCI sample (Data/NCI/first_5K.smi) with 
 atoms (PCQM4Mv2's range; at most --pad-to when given), drawn without replacement with weights
 exp(λ·atoms), λ solved so that the weighted mean is PCQM4Mv2's 14.1 atoms: the distribution
 closest to NCI's own (in KL divergence) with PCQM4Mv2's mean. Molecules go through the data
-pipeline itself: gtscale.data.featurize (identical to ogb.utils.smiles2graph), .structure, and
+pipeline itself: gtscale.prep.featurize (identical to ogb.utils.smiles2graph), .structure, and
 the dense Batch of .collate. Each precision is measured in a fresh process, so that peak
 memory is that run's alone.
 
@@ -32,8 +32,8 @@ import numpy as np
 import torch
 
 from gtscale.io import atomic_write_text
-from gtscale.data import schema
-from gtscale.data.batch import Batch
+from gtscale.format import schema
+from gtscale.loader.batch import Batch
 from gtscale.errors import UserError
 from gtscale.models import build_head, build_model, load_model_config, parse_model_config
 
@@ -128,10 +128,10 @@ def _pad(batch: Batch, num_nodes: int) -> Batch:
 def molecule_batch(smiles: list[str], pad_to: int | None, svd_rank: int, path_hops: int) -> Batch:
     """Dense Batch of the molecules through the data pipeline's own featurizer, structure and
     collate, padded to the largest molecule or to `pad_to` nodes."""
-    from gtscale.data.collate import collate
-    from gtscale.data.decode import Record
-    from gtscale.data.featurize import featurize_smiles
-    from gtscale.data.structure import StructureOptions, structure
+    from gtscale.loader.collate import collate
+    from gtscale.format.decode import Record
+    from gtscale.prep.featurize import featurize_smiles
+    from gtscale.prep.structure import StructureOptions, structure
 
     options = StructureOptions(svd_rank=max(svd_rank, 1), lap_k=0)
     records = []

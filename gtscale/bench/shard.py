@@ -23,13 +23,13 @@ from pathlib import Path
 
 import numpy as np
 
-from gtscale.data import schema
-from gtscale.data.featurize import FeaturizeError, featurize_smiles
-from gtscale.data.sources.bundled import NCI_SMILES, WEHI
-from gtscale.data.structure import StructureOptions, structure_many
+from gtscale.format import schema
+from gtscale.prep.featurize import FeaturizeError, featurize_smiles
+from gtscale.prep.sources.bundled import NCI_SMILES, WEHI
+from gtscale.prep.structure import StructureOptions, structure_many
 from gtscale.io import atomic_write_text
-from gtscale.shards.tario import ShardWriter, sample_key
-from gtscale.shards.writer import ShardOptions, ShardTask, build_shard
+from gtscale.format.tario import ShardWriter, sample_key
+from gtscale.prep.writer import ShardOptions, ShardTask, build_shard
 
 PCQM4MV2_MOLECULES = 3_746_620
 

@@ -17,7 +17,7 @@ from typing import Any, Union
 
 from torch import nn
 
-from gtscale.config import from_dict, load_yaml
+from gtscale.config import CONFIG_ROOT, from_dict, load_yaml
 from gtscale.errors import UserError
 from gtscale.models.config import EGTConfig, GraphormerConfig, HeadConfig
 from gtscale.models.egt import EGT
@@ -38,8 +38,8 @@ _STRUCTURAL_KEYS = ("name", "head")
 
 
 def model_config_dir() -> Path:
-    """configs/models/ of the source tree this package runs from."""
-    return Path(__file__).resolve().parents[2] / "configs" / "models"
+    """configs/models/ shipped with the package."""
+    return CONFIG_ROOT / "models"
 
 
 def load_model_config(name_or_path: Union[str, Path]) -> dict:

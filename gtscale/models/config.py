@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from gtscale.data.schema import ATOM_FEATURE_DIMS, BOND_FEATURE_DIMS
+from gtscale.format.schema import ATOM_FEATURE_DIMS, BOND_FEATURE_DIMS
 
 
 def _atom_vocab() -> list[int]:

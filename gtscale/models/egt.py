@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gtscale.data.batch import Batch
+from gtscale.loader.batch import Batch
 from gtscale.models.config import EGTConfig
 from gtscale.models.embeddings import MASK_VALUE, FeatureEmbedding
 from gtscale.models.layers import FeedForward, compute_dtype, dropout, run_layer

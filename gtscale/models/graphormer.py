@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gtscale.data.batch import Batch
-from gtscale.data.schema import SPD_UNREACHABLE
+from gtscale.loader.batch import Batch
+from gtscale.format.schema import SPD_UNREACHABLE
 from gtscale.models.config import GraphormerConfig
 from gtscale.models.embeddings import MASK_VALUE, FeatureEmbedding
 from gtscale.models.layers import FeedForward, compute_dtype, dropout, run_layer

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gtscale.data.batch import Batch
+from gtscale.loader.batch import Batch
 from gtscale.models.config import HeadConfig
 from gtscale.models.layers import ACTIVATIONS
 from gtscale.models.outputs import Outputs

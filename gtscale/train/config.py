@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from gtscale.config import apply_overrides, from_dict, load_yaml
-from gtscale.data.stream import LoaderConfig
+from gtscale.config import CONFIG_ROOT, apply_overrides, from_dict, load_yaml
+from gtscale.loader.config import LoaderConfig
 from gtscale.errors import UserError
 
 
@@ -125,8 +125,8 @@ class TrainConfig:
     init_from: Optional[str] = None  # fine-tuning: a `gtscale export`ed model.pt whose backbone weights start this run
 
 
-#: configs/deepspeed/ of the source tree: `deepspeed: zero3` names one of its presets.
-DEEPSPEED_PRESETS = Path(__file__).resolve().parents[2] / "configs" / "deepspeed"
+#: configs/deepspeed/ shipped with the package: `deepspeed: zero3` names one of its presets.
+DEEPSPEED_PRESETS = CONFIG_ROOT / "deepspeed"
 
 
 def load_train_config(path: str | Path, overrides: list[str]) -> TrainConfig:

@@ -10,12 +10,9 @@ agree to skip a step or to checkpoint and exit.
 from __future__ import annotations
 
 import json
-import math
 import os
-import pickle
 import signal
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
@@ -23,132 +20,24 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import yaml
-from torch import nn
 
 from gtscale.config import to_dict
-from gtscale.data import schema
-from gtscale.data.batch import Batch
-from gtscale.data.distributed_eval import gather_predictions, lockstep
-from gtscale.data.stream import build_loader
+from gtscale.loader.batch import Batch
+from gtscale.train.distributed_eval import gather_predictions, lockstep
+from gtscale.loader.stream import build_loader
 from gtscale.errors import UserError
-from gtscale.io import atomic_write_text, safe_torch_load
+from gtscale.io import atomic_write_text
 from gtscale.train import checkpoint
-from gtscale.train.config import TrainConfig, resolve_model_config
+from gtscale.train.config import TrainConfig
+from gtscale.train.engine_config import deepspeed_config, warmup_cosine
 from gtscale.train.run_log import RunLog
+from gtscale.train.task_model import build_task_model, load_backbone, loader_keys
 from gtscale.train.tasks import evaluate, predictions, task_loss
+from gtscale.train.throughput import StepResult, ThroughputWindow
 
 #: Exit status after checkpointing on SIGTERM / SIGUSR1: "stopped for preemption, requeue me".
 #: (75 is EX_TEMPFAIL of sysexits.h: a temporary failure, try again.) slurm/ scripts requeue on it.
 EXIT_PREEMPTED = 75
-
-
-class GraphTaskModel(nn.Module):
-    """Backbone + task head (+ EGT's distance-prediction head) as one module, so DeepSpeed wraps
-    (and ZeRO partitions) them all.
-
-    forward returns (task scores, the weighted auxiliary loss or None)."""
-
-    def __init__(self, backbone: nn.Module, head: nn.Module, distance_head: nn.Module | None = None):
-        super().__init__()
-        self.backbone = backbone
-        self.head = head
-        self.distance_head = distance_head
-
-    def forward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor | None]:
-        outputs = self.backbone(batch)
-        aux = None
-        if self.distance_head is not None and self.training:
-            aux = self.distance_head.distance_loss(self.distance_head(outputs), batch)
-        return self.head(outputs), aux
-
-
-def build_task_model(cfg: TrainConfig, num_targets: int) -> tuple[GraphTaskModel, dict]:
-    from gtscale.models import build_head, build_model
-
-    model_cfg = resolve_model_config(cfg)
-    backbone = build_model(model_cfg)
-    head_cfg = {**model_cfg.get("head", {"kind": "graph"}), **cfg.task.head, "num_outputs": num_targets}
-    distance_head = None
-    if cfg.task.aux_distance is not None:  # EGT's auxiliary objective (needs output_edges: true)
-        distance_head = build_head({"kind": "distance", **to_dict(cfg.task.aux_distance)}, backbone)
-    return GraphTaskModel(backbone, build_head(head_cfg, backbone), distance_head), model_cfg
-
-
-def load_backbone(model: GraphTaskModel, path: str) -> int:
-    """Start from an exported model's backbone (pretrain → fine-tune); the task head stays new.
-
-    The file is read with weights_only=True: tensors only, nothing in it can run code."""
-    try:
-        state = safe_torch_load(path)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as err:
-        raise UserError(f"init_from: {path} is not a weights-only model file (write it with `gtscale export`)") from err
-    backbone = {k.removeprefix("backbone."): v for k, v in state.items() if k.startswith("backbone.")}
-    missing, unexpected = model.backbone.load_state_dict(backbone, strict=False)
-    if missing or unexpected:
-        name = (missing or unexpected)[0]
-        raise UserError(f"init_from: {path} does not fit this model ({'missing' if missing else 'unexpected'} weight {name})")
-    return len(backbone)
-
-
-def loader_keys(backbone: nn.Module, model_cfg: dict) -> tuple[list[str], int]:
-    """Optional Batch fields the model reads (+ targets), and the path-edge distance it needs."""
-    from gtscale.data.collate import BATCH_KEYS
-
-    fields = [f for f in backbone.batch_fields if f in BATCH_KEYS and f != "path_edges"]
-    path_dist = int(model_cfg.get("multi_hop_max_dist", 0)) if "path_edges" in backbone.batch_fields else 0
-    return sorted(set(fields) | {schema.Y}), path_dist
-
-
-def warmup_cosine(step: int, warmup: int, total: int, floor: float) -> float:
-    """LR factor: linear warmup to 1, then cosine decay to `floor` (min_lr / lr) at `total`."""
-    if step < warmup:
-        return (step + 1) / warmup
-    progress = min(1.0, (step - warmup) / max(1, total - warmup))
-    return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
-def deepspeed_config(cfg: TrainConfig, world_size: int, micro_batch: int) -> dict:
-    ds = cfg.deepspeed
-    zero: dict = {"stage": ds.zero_stage}
-    if ds.offload_optimizer:
-        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": torch.cuda.is_available()}
-    out = {
-        # With node-budget batching the graph count varies; DeepSpeed uses these numbers only for
-        # its bookkeeping, the loss is a mean over each micro-batch's labelled targets.
-        "train_micro_batch_size_per_gpu": micro_batch,
-        "gradient_accumulation_steps": ds.gradient_accumulation_steps,
-        "train_batch_size": micro_batch * ds.gradient_accumulation_steps * world_size,
-        "optimizer": {
-            "type": "AdamW",
-            "params": {
-                "lr": cfg.optimizer.lr,
-                "betas": list(cfg.optimizer.betas),
-                "eps": cfg.optimizer.eps,
-                "weight_decay": cfg.optimizer.weight_decay,
-                # torch's AdamW unless offloading (then DeepSpeed's CPU Adam runs the step).
-                "torch_adam": not ds.offload_optimizer,
-            },
-        },
-        "zero_optimization": zero,
-        "gradient_clipping": ds.gradient_clipping,
-        "bf16": {"enabled": ds.precision == "bf16"},
-        "fp16": {"enabled": ds.precision == "fp16", "loss_scale": 0},
-        "steps_per_print": 10**9,
-        "wall_clock_breakdown": False,
-    }
-    out.update(ds.extra)
-    return out
-
-
-@dataclass
-class StepResult:
-    loss: float
-    graphs: int  # graphs this rank trained on in the step
-    real_pairs: int  # Σ n² over those graphs: the attention work that mattered …
-    padded_pairs: int  # … and B·N² that the padded batches cost
-    seconds: float
-    skipped: int  # micro-batches dropped for a non-finite loss
-    stop: bool  # a rank received SIGTERM / SIGUSR1
 
 
 class Trainer:
@@ -167,7 +56,7 @@ class Trainer:
         torch.manual_seed(cfg.seed)  # identical initial weights on every rank
         np.random.seed(cfg.seed + self.rank)
 
-        from gtscale.shards.manifest import load_manifest
+        from gtscale.format.manifest import load_manifest
 
         self.manifest = load_manifest(cfg.data.shards)
         num_targets = int(self.manifest["task"]["num_targets"])
@@ -376,7 +265,7 @@ class Trainer:
             self.log.close()
         return 0
 
-    def _log_train(self, result: StepResult, window: "ThroughputWindow") -> None:
+    def _log_train(self, result: StepResult, window: ThroughputWindow) -> None:
         if self.step == window.steps:  # the first window: optimizer state exists after the first step
             per_rank = checkpoint.gather_to_all(self.optimizer_state_bytes())
             self.log.metrics(self.step, "memory", {f"optimizer_state_bytes_rank{r}": b for r, b in enumerate(per_rank)})
@@ -399,30 +288,3 @@ class Trainer:
             self.save_checkpoint()
             if self.rank == 0 and "tag" in self.best:
                 atomic_write_text(self.run_dir / checkpoint.BEST_FILE, json.dumps(self.best))
-
-
-@dataclass
-class ThroughputWindow:
-    """What happened since the last metrics line: the figures of its throughput."""
-
-    start: float = field(default_factory=time.perf_counter)
-    steps: int = 0
-    graphs: int = 0
-    real_pairs: int = 0
-    padded_pairs: int = 0
-    skipped: int = 0
-
-    def add(self, result: StepResult) -> None:
-        self.steps += 1
-        self.graphs += result.graphs
-        self.real_pairs += result.real_pairs
-        self.padded_pairs += result.padded_pairs
-        self.skipped += result.skipped
-
-    def rates(self, world_size: int) -> dict[str, float]:
-        elapsed = max(1e-9, time.perf_counter() - self.start)
-        return {
-            "steps_per_s": self.steps / elapsed,
-            "graphs_per_s": self.graphs * world_size / elapsed,  # all ranks: every rank runs the same batch count
-            "padding_efficiency": self.real_pairs / max(1, self.padded_pairs),
-        }

@@ -11,8 +11,8 @@ import torch
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import shortest_path
 
-from gtscale.data.batch import Batch
-from gtscale.data.schema import ATOM_FEATURE_DIMS, BOND_FEATURE_DIMS, FEATURE_SHIFT, SPD_MAX, SPD_UNREACHABLE
+from gtscale.loader.batch import Batch
+from gtscale.format.schema import ATOM_FEATURE_DIMS, BOND_FEATURE_DIMS, FEATURE_SHIFT, SPD_MAX, SPD_UNREACHABLE
 
 SVD_RANK = 4
 PATH_HOPS = 4

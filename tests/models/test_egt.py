@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from model_fixtures import SVD_RANK, TINY_EGT, make_batch
-from gtscale.data.schema import ATOM_FEATURE_DIMS, SPD_UNREACHABLE
+from gtscale.format.schema import ATOM_FEATURE_DIMS, SPD_UNREACHABLE
 from gtscale.errors import UserError
 from gtscale.models import build_model
 from gtscale.models.egt import VirtualNodes

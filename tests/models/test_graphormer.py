@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from model_fixtures import TINY_GRAPHORMER, make_batch
-from gtscale.data.schema import SPD_UNREACHABLE
+from gtscale.format.schema import SPD_UNREACHABLE
 from gtscale.models import build_model
 from gtscale.models import graphormer as graphormer_module
 from gtscale.models.embeddings import MASK_VALUE

@@ -47,7 +47,7 @@ def test_deepspeed_preset_and_overrides(tpsa_shards, tmp_path):
 
 
 def test_warmup_cosine_schedule():
-    from gtscale.train.trainer import warmup_cosine
+    from gtscale.train.engine_config import warmup_cosine
 
     factors = [warmup_cosine(s, 10, 110, 0.1) for s in range(111)]
     assert factors[0] == pytest.approx(0.1) and factors[9] == pytest.approx(1.0)

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.slow
 def test_export_then_finetune_on_a_classification_task(tpsa_shards, tmp_path):
     from gtscale.cli import main
     from gtscale.models import build_head, build_model
-    from gtscale.train.trainer import GraphTaskModel
+    from gtscale.train.task_model import GraphTaskModel
 
     cfg = write_config(tmp_path / "pre.yaml", tpsa_shards, tmp_path / "pre", schedule={"total_steps": 6, "warmup_steps": 2}, deepspeed={"zero_stage": 3})
     assert run_ranks(2, [str(cfg)], tmp_path / "log1") == [0, 0], logs(tmp_path / "log1")

@@ -6,10 +6,11 @@ from launcher import write_config
 
 
 def test_aux_distance_loss_trains_its_head_and_is_off_in_eval(tpsa_shards, tmp_path):
-    from gtscale.data.stream import LoaderConfig, build_loader
+    from gtscale.loader.config import LoaderConfig
+    from gtscale.loader.stream import build_loader
     from gtscale.train.config import load_train_config
     from gtscale.train.tasks import task_loss
-    from gtscale.train.trainer import build_task_model, loader_keys
+    from gtscale.train.task_model import build_task_model, loader_keys
 
     cfg_path = write_config(tmp_path / "c.yaml", tpsa_shards, tmp_path / "run", model_overrides={
         "num_layers": 2, "node_width": 32, "edge_width": 8, "num_heads": 4, "num_virtual_nodes": 1, "output_edges": True,

@@ -114,7 +114,7 @@ def test_loss_falls_and_metrics_equal_ogb_evaluator(tpsa_shards, tmp_path):
     assert len(saved["idx"]) == len(set(saved["idx"].tolist())) == valid[60]["samples"] == 500
     mae = PCQM4Mv2Evaluator().eval({"y_pred": torch.from_numpy(saved["y_pred"][:, 0]), "y_true": torch.from_numpy(saved["y_true"][:, 0])})["mae"]
     assert valid[60]["mae"] == pytest.approx(float(mae), rel=1e-6)
-    from gtscale.shards.tario import iter_shard  # the gathered targets are the shards' labels, by idx
+    from gtscale.format.tario import iter_shard  # the gathered targets are the shards' labels, by idx
 
     labels = {r["meta"]["idx"]: r["y"][0] for shard in sorted((tpsa_shards / "valid").glob("*.tar")) for _, r in iter_shard(shard)}
     assert sorted(labels) == saved["idx"].tolist()

@@ -1,0 +1,154 @@
+"""Records → the dense, padded `Batch` models see (conventions in batch.py and schema.py).
+
+Every tensor is filled with one scatter: the arrays of all graphs are concatenated and written
+through a boolean mask (node_mask for [B, N, …] tensors, node_mask ⊗ node_mask for [B, N, N]
+ones), whose row-major order of True entries is exactly the row-major order of each graph's own
+array. Edges go through flat indices (b·N + u)·N + v. There is no per-graph Python loop beyond
+gathering the arrays.
+
+Padding values: FEATURE_PAD (0) for categorical features and degrees, SPD_UNREACHABLE for hops,
+0.0 for encodings and for unlabelled targets (whose mask is False).
+
+Random sign flips (training only, `rng` given): an SVD triplet's left and right vectors flip
+together (U√Σ and V√Σ change sign as a pair, so (U√Σ)(V√Σ)ᵀ is unchanged); every Laplacian
+eigenvector flips on its own. Both are drawn per graph.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from gtscale.format import schema
+from gtscale.loader.batch import Batch
+from gtscale.format.decode import Record
+from gtscale.loader.path_edges import PathError, edge_id_table, path_edge_ids, path_edges
+from gtscale.format.shardfile import ShardError
+
+#: Optional record keys that become the Batch field of the same name when asked for.
+BATCH_KEYS = (
+    schema.SPD, schema.IN_DEGREE, schema.OUT_DEGREE, schema.SVD_PE, schema.LAP_PE, schema.LAP_EIGVAL, schema.Y, schema.NODE_Y,
+)
+
+
+def record_keys(keys: Sequence[str], max_dist: int) -> tuple[str, ...]:
+    """Record keys to decode for Batch fields `keys` (+ spd and pred for path edges)."""
+    needed = list(keys)
+    if max_dist > 0:
+        needed += [k for k in (schema.SPD, schema.PRED) if k not in needed]
+    return tuple(needed)
+
+
+def _gather(records: Sequence[Record], key: str, flatten: bool = False) -> np.ndarray:
+    """Concatenation of one key over the batch; a record whose trailing shape differs is named."""
+    arrays = [r.arrays[key].reshape(-1) if flatten else r.arrays[key] for r in records]
+    try:
+        return np.concatenate(arrays)
+    except ValueError:
+        first = arrays[0].shape[1:]
+        odd = next(r for r, a in zip(records, arrays) if a.shape[1:] != first)
+        raise ShardError(odd.shard, odd.key, f"{key} has shape {odd.arrays[key].shape}, others in its batch have [*, {', '.join(map(str, first))}]") from None
+
+
+def _stack(records: Sequence[Record], key: str) -> np.ndarray:
+    try:
+        return np.stack([r.arrays[key] for r in records])
+    except ValueError:
+        first = records[0].arrays[key].shape
+        odd = next(r for r in records if r.arrays[key].shape != first)
+        raise ShardError(odd.shard, odd.key, f"{key} has shape {odd.arrays[key].shape}, others in its batch have {first}") from None
+
+
+def _random_signs(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    return (rng.integers(0, 2, size=shape, dtype=np.int8) * 2 - 1).astype(np.float32)
+
+
+def collate(records: Sequence[Record], keys: Sequence[str] = (), max_dist: int = 0, rng: np.random.Generator | None = None) -> Batch:
+    """Dense Batch of `records` with the optional fields in `keys` (see BATCH_KEYS), path edges up
+    to `max_dist` hops when > 0, and sign flips drawn from `rng` when given."""
+    b = len(records)
+    sizes = np.fromiter((r.num_nodes for r in records), dtype=np.int64, count=b)
+    n = int(sizes.max())
+    node_mask = np.arange(n) < sizes[:, None]
+    pair_mask = node_mask[:, :, None] & node_mask[:, None, :]
+
+    def per_node(key: str, dtype, fill, values: np.ndarray | None = None) -> np.ndarray:
+        values = _gather(records, key) if values is None else values
+        out = np.full((b, n, *values.shape[1:]), fill, dtype=dtype)
+        out[node_mask] = values
+        return out
+
+    def per_pair(key: str, fill) -> np.ndarray:
+        out = np.full((b, n, n), fill, dtype=np.int64)
+        out[pair_mask] = _gather(records, key, flatten=True)
+        return out
+
+    x = _gather(records, schema.X).astype(np.int64) + schema.FEATURE_SHIFT
+    fields: dict[str, np.ndarray] = {
+        "node_feat": per_node(schema.X, np.int64, schema.FEATURE_PAD, x),
+        "node_mask": node_mask,
+    }
+    edge_index = np.concatenate([r.arrays[schema.EDGE_INDEX] for r in records], axis=1).astype(np.int64)
+    edge_graph = np.repeat(np.arange(b), [r.arrays[schema.EDGE_INDEX].shape[1] for r in records])
+    edge_attr = _gather(records, schema.EDGE_ATTR).astype(np.int64) + schema.FEATURE_SHIFT
+    edge_feat = np.full((b * n * n, edge_attr.shape[1]), schema.FEATURE_PAD, dtype=np.int64)
+    edge_feat[(edge_graph * n + edge_index[0]) * n + edge_index[1]] = edge_attr
+    fields["edge_feat"] = edge_feat.reshape(b, n, n, -1)
+
+    spd = per_pair(schema.SPD, schema.SPD_UNREACHABLE) if (schema.SPD in keys or max_dist > 0) else None
+    if schema.SPD in keys:
+        fields["spd"] = spd
+    for key in (schema.IN_DEGREE, schema.OUT_DEGREE):
+        if key in keys:
+            fields[key] = per_node(key, np.int64, schema.FEATURE_PAD)
+    if schema.SVD_PE in keys:
+        svd = per_node(schema.SVD_PE, np.float32, 0.0)
+        if rng is not None:
+            rank = svd.shape[2] // 2
+            signs = _random_signs(rng, (b, 1, rank))
+            svd[:, :, :rank] *= signs
+            svd[:, :, rank:] *= signs
+        fields["svd_pe"] = svd
+    if schema.LAP_PE in keys:
+        lap = per_node(schema.LAP_PE, np.float32, 0.0)
+        if rng is not None:
+            lap *= _random_signs(rng, (b, 1, lap.shape[2]))
+        fields["lap_pe"] = lap
+    if schema.LAP_EIGVAL in keys:
+        fields["lap_eigval"] = _stack(records, schema.LAP_EIGVAL).astype(np.float32)
+    if schema.Y in keys:
+        y = _stack(records, schema.Y).astype(np.float32).reshape(b, -1)
+        labelled = ~np.isnan(y)
+        fields["y"], fields["y_mask"] = np.where(labelled, y, 0.0).astype(np.float32), labelled
+    if schema.NODE_Y in keys:
+        node_y = per_node(schema.NODE_Y, np.float32, np.nan)
+        labelled = ~np.isnan(node_y)
+        fields["node_y"], fields["node_y_mask"] = np.where(labelled, node_y, 0.0).astype(np.float32), labelled
+    if max_dist > 0:
+        fields["path_edges"] = _path_edges(records, sizes, pair_mask, spd, edge_index, edge_graph, edge_attr, max_dist)
+    fields["idx"] = np.fromiter((r.idx for r in records), dtype=np.int64, count=b)
+    return Batch(**{k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in fields.items()})
+
+
+def _path_edges(records, sizes, pair_mask, spd, edge_index, edge_graph, edge_attr, max_dist) -> np.ndarray:
+    b, n = pair_mask.shape[:2]
+    pairs_per_graph = sizes * sizes
+    pred = _gather(records, schema.PRED, flatten=True).astype(np.int64)
+    sentinel = np.repeat([schema.pred_sentinel(r.arrays[schema.PRED].dtype) for r in records], pairs_per_graph)
+    none = pred == sentinel
+    bad = ~none & (pred >= np.repeat(sizes, pairs_per_graph))
+    if bad.any():
+        odd = records[int(np.searchsorted(np.cumsum(pairs_per_graph), np.flatnonzero(bad)[0], side="right"))]
+        raise ShardError(odd.shard, odd.key, "pred holds node ids outside the graph")
+    pred[none] = -1
+    pred_padded = np.full((b, n, n), -1, dtype=np.int64)
+    pred_padded[pair_mask] = pred
+    try:
+        ids = path_edge_ids(spd, pred_padded, edge_id_table(edge_index, edge_graph, b, n), max_dist)
+    except PathError as err:
+        odd = records[err.graph]
+        raise ShardError(odd.shard, odd.key, str(err)) from None
+    return path_edges(edge_attr, ids)
+

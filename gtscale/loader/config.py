@@ -1,0 +1,76 @@
+"""How shards become batches: the loader's typed configuration (`data.loader` in a training YAML)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from gtscale.format import schema
+from gtscale.loader.bucketing import Batcher, geometric_boundaries
+from gtscale.loader.collate import BATCH_KEYS
+
+
+@dataclass
+class LoaderConfig:
+    """How shards become batches. All training randomness derives from `seed` and the epoch."""
+
+    batching: Literal["node_budget", "graphs"] = "node_budget"  # close a batch by padded size, or by graph count
+    node_budget: int = 4096  # node_budget: most padded node slots per batch, B × N_max
+    pair_budget: int = 0  # node_budget: most padded node pairs per batch, B × N_max² (attention cost); 0 = no limit
+    batch_size: int = 128  # graphs: graphs per batch
+    bucketing: bool = True  # batch graphs of similar size together (bucketing.py); False = stream order
+    bucket_ratio: float = 1.05  # geometric buckets [lo, hi) with hi − 1 ≤ lo × ratio: padding ≤ 1 − 1/ratio² per batch
+    bucket_boundaries: list[int] = field(default_factory=list)  # explicit exclusive upper bounds, ascending; replaces bucket_ratio
+    shuffle_buffer: int = 2000  # training: samples in WebDataset's shuffle buffer; 0 = shard-order only
+    shuffle_initial: int = 500  # training: samples buffered before the first leaves (WebDataset's `initial`)
+    seed: int = 0  # shard order, sample shuffle and sign flips derive from (seed, epoch, rank, worker)
+    epoch_batches: int = 0  # training: batches per rank per epoch; 0 = about one pass over the split
+    num_workers: int = 2  # DataLoader worker processes per rank; 0 = load in the training process
+    prefetch_factor: int = 2  # batches each worker prepares ahead
+    pin_memory: bool = False  # page-locked batches, for faster host→GPU copies
+    start_method: Literal["fork", "spawn", "forkserver"] | None = None  # how workers start; None = Python's default for this process
+    on_error: Literal["raise", "skip"] = "raise"  # corrupt shard or sample: stop naming it, or skip it (counted, logged)
+    verify_checksums: bool = True  # compare every shard's size and sha256 with the manifest before reading it
+    keys: list[str] = field(default_factory=lambda: [schema.SPD, schema.IN_DEGREE, schema.OUT_DEGREE, schema.SVD_PE, schema.Y])  # optional Batch fields the model needs (collate.BATCH_KEYS)
+    path_edges_max_dist: int = 0  # Graphormer's multi_hop_max_dist D for Batch.path_edges; 0 = not built
+    sign_flip: bool = True  # training: random sign flips of svd_pe and lap_pe
+
+    def __post_init__(self):
+        if self.batching == "node_budget" and self.node_budget <= 0:
+            raise ValueError("node_budget must be > 0 with batching: node_budget")
+        if self.batching == "graphs" and self.batch_size <= 0:
+            raise ValueError("batch_size must be > 0 with batching: graphs")
+        if self.pair_budget < 0 or self.epoch_batches < 0 or self.shuffle_buffer < 0 or self.num_workers < 0:
+            raise ValueError("pair_budget, epoch_batches, shuffle_buffer and num_workers must be >= 0")
+        if self.bucket_ratio <= 1.0:
+            raise ValueError("bucket_ratio must be > 1")
+        if any(b <= a for a, b in zip(self.bucket_boundaries, self.bucket_boundaries[1:])) or any(b < 1 for b in self.bucket_boundaries):
+            raise ValueError("bucket_boundaries must be positive and strictly ascending")
+        if self.prefetch_factor < 1:
+            raise ValueError("prefetch_factor must be >= 1")
+        unknown = [k for k in self.keys if k not in BATCH_KEYS]
+        if unknown:
+            raise ValueError(f"keys: {unknown[0]!r} is not a Batch key (choose from {', '.join(BATCH_KEYS)})")
+        if not 0 <= self.path_edges_max_dist < schema.SPD_MAX:
+            raise ValueError(f"path_edges_max_dist must be in 0..{schema.SPD_MAX - 1}")
+
+    def batcher(self) -> Batcher:
+        boundaries = None
+        if self.bucketing:
+            boundaries = self.bucket_boundaries or geometric_boundaries(self.bucket_ratio)
+        if self.batching == "graphs":
+            return Batcher(max_graphs=self.batch_size, boundaries=boundaries)
+        return Batcher(node_budget=self.node_budget, pair_budget=self.pair_budget, boundaries=boundaries)
+
+    @property
+    def workers_per_rank(self) -> int:
+        """Logical workers (slots) per rank: the in-process loader counts as one."""
+        return max(1, self.num_workers)
+
+
+def derive_seed(*parts: int) -> int:
+    """A 64-bit seed from non-negative ints; distinct tuples give independent streams."""
+    return int(np.random.SeedSequence(list(parts)).generate_state(1, dtype=np.uint64)[0])
+

@@ -1,0 +1,45 @@
+"""Filler batches: what a rank that has run out of evaluation data feeds the model while the others
+finish (see `gtscale.train.distributed_eval.lockstep`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gtscale.errors import UserError
+from gtscale.format import schema
+from gtscale.format.decode import Record
+
+#: Batch.idx of filler graphs; no dataset has a negative idx.
+FILLER_IDX = -1
+
+
+def filler_record(manifest: dict, keys: tuple[str, ...]) -> Record:
+    """A one-node record with every key in `keys`, its dimensions read from the manifest."""
+    transform, features, task = manifest.get("transform", {}), manifest.get("features", {}), manifest.get("task", {})
+    dims = {
+        schema.SVD_PE: ("transform.svd_rank", transform.get("svd_rank")),
+        schema.LAP_PE: ("transform.lap_k", transform.get("lap_k")),
+        schema.LAP_EIGVAL: ("transform.lap_k", transform.get("lap_k")),
+        schema.Y: ("task.num_targets", task.get("num_targets")),
+    }
+    for key in keys:
+        if key in dims and dims[key][1] is None:
+            raise UserError(f"{manifest.get('_dir', 'manifest')}: no {dims[key][0]}, so a filler batch cannot be shaped like the real ones")
+    svd_rank, lap_k, targets = (int(transform.get("svd_rank") or 0), int(transform.get("lap_k") or 0), int(task.get("num_targets") or 0))
+    arrays = {
+        schema.X: np.zeros((1, len(features.get("node", schema.ATOM_FEATURE_DIMS))), np.uint8),
+        schema.EDGE_INDEX: np.zeros((2, 0), np.int16),
+        schema.EDGE_ATTR: np.zeros((0, len(features.get("edge", schema.BOND_FEATURE_DIMS))), np.uint8),
+        schema.SPD: np.zeros((1, 1), np.uint8),
+        schema.PRED: np.full((1, 1), schema.pred_sentinel(np.dtype(np.uint8)), np.uint8),
+        schema.IN_DEGREE: np.zeros(1, np.uint8),
+        schema.OUT_DEGREE: np.zeros(1, np.uint8),
+        schema.SVD_PE: np.zeros((1, 2 * svd_rank), np.float16),
+        schema.LAP_PE: np.zeros((1, lap_k), np.float16),
+        schema.LAP_EIGVAL: np.zeros(lap_k, np.float16),
+        schema.Y: np.full(targets, np.nan, np.float32),
+        schema.NODE_Y: np.full(1, np.nan, np.float32),
+    }
+    required = (schema.X, schema.EDGE_INDEX, schema.EDGE_ATTR, *keys)
+    return Record("filler", "(filler)", 1, FILLER_IDX, {k: arrays[k] for k in required})
+

@@ -1,0 +1,1 @@
+"""Dataset preparation, offline: sources → featurize → structure → shards (`gtscale shard`)."""

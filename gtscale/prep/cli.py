@@ -1,0 +1,74 @@
+"""`gtscale shard <dataset> --out DIR …`: convert a dataset into shards (see writer.py)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from gtscale.prep.sources import DATASETS, read_dataset
+from gtscale.prep.structure import StructureOptions
+from gtscale.errors import UserError
+from gtscale.format.manifest import merge_parts
+from gtscale.prep.writer import ShardOptions, shard_table
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("dataset", help="one of: " + "; ".join(f"{k} ({v})" for k, v in DATASETS.items()))
+    parser.add_argument("--root", help="folder holding the downloaded dataset (OGB layout)")
+    parser.add_argument("--out", help="output folder (default: shards/<dataset>)")
+    parser.add_argument("--workers", type=int, default=1, help="processes on this machine (default 1)")
+    parser.add_argument("--part", type=int, default=0, help="which part this process writes, 0-based (SLURM: $SLURM_ARRAY_TASK_ID)")
+    parser.add_argument("--num-parts", type=int, default=1, help="parts the run is split into across machines; merge with `gtscale merge-parts`")
+    parser.add_argument("--shard-size", type=int, default=10_000, help="records per shard (default 10000)")
+    parser.add_argument("--max-nodes", type=int, default=None, help="reject molecules with more atoms than this")
+    parser.add_argument("--svd-rank", type=int, default=8, help="r of EGT's SVD encoding; 0 = off (default 8)")
+    parser.add_argument("--lap-k", type=int, default=8, help="Laplacian eigenpairs; 0 = off (default 8)")
+    parser.add_argument("--no-spd", action="store_true", help="skip shortest paths and predecessors")
+    parser.add_argument("--no-degree", action="store_true", help="skip in/out degrees")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    table = parser.add_argument_group("smiles-csv options")
+    table.add_argument("--input", help="the .csv / .smi file (optionally .gz)")
+    table.add_argument("--smiles-column", default="smiles", help="SMILES column (.smi: by position, default 0)")
+    table.add_argument("--id-column", default=None, help="integer id column used as idx (else row numbers)")
+    table.add_argument("--target-columns", default="", help="comma-separated target columns")
+    table.add_argument("--task-type", choices=["graph_regression", "graph_classification"], default="graph_regression")
+    table.add_argument("--split-column", default=None, help="column naming each row's split (else seeded 80/10/10)")
+    table.add_argument("--split-seed", type=int, default=0, help="seed of the 80/10/10 split")
+
+
+def _check(args: argparse.Namespace) -> None:
+    if args.workers < 1:
+        raise UserError(f"--workers must be >= 1, got {args.workers}")
+    if args.num_parts < 1 or not 0 <= args.part < args.num_parts:
+        raise UserError(f"--part must be in 0..{args.num_parts - 1} (got --part {args.part} --num-parts {args.num_parts})")
+    if args.shard_size < 1:
+        raise UserError(f"--shard-size must be >= 1, got {args.shard_size}")
+    if args.max_nodes is not None and args.max_nodes < 1:
+        raise UserError(f"--max-nodes must be >= 1, got {args.max_nodes}")
+    if args.svd_rank < 0 or args.lap_k < 0:
+        raise UserError("--svd-rank and --lap-k must be >= 0")
+
+
+def run(args: argparse.Namespace) -> int:
+    _check(args)
+    if args.dataset == "smiles-csv" and args.input and args.input.endswith((".smi", ".smi.gz")) and args.smiles_column == "smiles":
+        args.smiles_column = "0"
+    table = read_dataset(args.dataset, args)  # reads and checks every source before anything is written
+    out_dir = Path(args.out or Path("shards") / args.dataset)
+    options = ShardOptions(
+        structure=StructureOptions(spd=not args.no_spd, degree=not args.no_degree, svd_rank=args.svd_rank, lap_k=args.lap_k),
+        shard_size=args.shard_size,
+        max_nodes=args.max_nodes,
+    )
+    workers = min(args.workers, os.cpu_count() or 1) if args.workers > 1 else 1
+    parts = shard_table(table, out_dir, options, workers=workers, part=args.part, num_parts=args.num_parts, progress=not args.no_progress)
+    written = sum(p["samples"] for p in parts)
+    rejected = sum(sum(p["rejected"].values()) for p in parts)
+    if args.num_parts == 1:
+        merge_parts(out_dir)
+        print(f"wrote {written} records in {len(parts)} shards to {out_dir} ({rejected} rejected; see rejects.tsv)")
+    else:
+        print(f"part {args.part}/{args.num_parts}: {written} records in {len(parts)} shards ({rejected} rejected); "
+              f"when every part is done: gtscale merge-parts {out_dir}")
+    return 0

@@ -1,0 +1,19 @@
+"""`gtscale merge-parts DIR`: write manifest.json once every part of a split run is finished."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from gtscale.format.manifest import merge_parts
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("out", help="the --out folder that the parts wrote to")
+
+
+def run(args: argparse.Namespace) -> int:
+    manifest = merge_parts(Path(args.out))
+    total = sum(s["samples"] for s in manifest["splits"].values())
+    print(f"{args.out}: manifest.json lists {total} records in {sum(len(s['shards']) for s in manifest['splits'].values())} shards")
+    return 0

@@ -1,0 +1,49 @@
+"""Dataset readers by name. Each returns a `MoleculeTable` read from the dataset's real layout."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from gtscale.prep.sources.base import MoleculeTable
+from gtscale.errors import UserError
+
+#: name → what --root must point at (for help texts and errors)
+DATASETS = {
+    "pcqm4mv2": "folder holding pcqm4m-v2/ (raw/data.csv.gz, split_dict.pt), as OGB-LSC downloads it",
+    "ogbg-molhiv": "folder holding ogbg_molhiv/ (mapping/mol.csv.gz, split/scaffold/), as OGB downloads it",
+    "ogbg-molpcba": "folder holding ogbg_molpcba/ (mapping/mol.csv.gz, split/scaffold/), as OGB downloads it",
+    "nci-tpsa": "bundled: RDKit's NCI first_5K molecules with TPSA (no --root needed)",
+    "wehi-pains": "bundled: RDKit's WEHI molecules labelled by the PAINS filter catalog (no --root needed)",
+    "smiles-csv": "--input FILE (.csv or .smi, optionally .gz) with --smiles-column, --target-columns",
+}
+
+
+def read_dataset(name: str, args: argparse.Namespace) -> MoleculeTable:
+    """Read dataset `name`; `args` carries --root / --input and the SMILES-table options."""
+    from gtscale.prep.sources import bundled, ogb, smiles
+
+    if name not in DATASETS:
+        raise UserError(f"unknown dataset {name!r} (known: {', '.join(DATASETS)})")
+    if name in ("nci-tpsa", "wehi-pains"):
+        return bundled.read_nci_tpsa() if name == "nci-tpsa" else bundled.read_wehi_pains()
+    if name == "smiles-csv":
+        if not args.input:
+            raise UserError("smiles-csv needs --input FILE")
+        return smiles.read_smiles_table(
+            Path(args.input),
+            smiles_column=args.smiles_column,
+            target_columns=[c for c in args.target_columns.split(",") if c] if args.target_columns else [],
+            task_type=args.task_type,
+            id_column=args.id_column,
+            split_column=args.split_column,
+            seed=args.split_seed,
+        )
+    if not args.root:
+        raise UserError(f"{name} needs --root: the {DATASETS[name]}")
+    root = Path(args.root)
+    if not root.is_dir():
+        raise UserError(f"{root}: --root is not a directory")
+    if name == "pcqm4mv2":
+        return ogb.read_pcqm4mv2(root)
+    return ogb.read_ogbg_mol(root, name)

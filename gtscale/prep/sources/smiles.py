@@ -1,0 +1,72 @@
+"""SMILES tables: CSV (with a header) or .smi (whitespace-separated, no header; columns are named
+by position, "0", "1", …), gzipped or not, with a chosen SMILES, id and target columns."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from gtscale.prep.sources.base import MoleculeTable, TaskType, read_csv, require_columns, seeded_split
+from gtscale.errors import UserError
+
+
+def _is_smi(path: Path) -> bool:
+    suffixes = [s for s in path.suffixes if s != ".gz"]
+    return bool(suffixes) and suffixes[-1] == ".smi"
+
+
+def read_table(path: Path) -> pd.DataFrame:
+    if _is_smi(path):
+        frame = read_csv(path, sep=r"\s+", header=None)  # no comment char: "#" is a SMILES triple bond
+        frame.columns = [str(c) for c in frame.columns]
+        return frame
+    return read_csv(path)
+
+
+def _ids(frame: pd.DataFrame, id_column: str | None, path: Path) -> tuple[np.ndarray, list[str] | None]:
+    """(idx, names): the id column as idx when it holds integers; otherwise row numbers as idx and
+    the ids as names, which travel in each record's meta["name"]."""
+    if id_column is None:
+        return np.arange(len(frame), dtype=np.int64), None
+    column = frame[id_column]
+    if not column.is_unique:
+        raise UserError(f"{path}: id column {id_column!r} has duplicate values")
+    if pd.api.types.is_integer_dtype(column):
+        return column.to_numpy(dtype=np.int64), None
+    return np.arange(len(frame), dtype=np.int64), column.astype(str).tolist()
+
+
+def read_smiles_table(
+    path: Path,
+    smiles_column: str,
+    target_columns: list[str],
+    task_type: TaskType,
+    id_column: str | None = None,
+    split_column: str | None = None,
+    seed: int = 0,
+) -> MoleculeTable:
+    frame = read_table(path)
+    require_columns(frame, [smiles_column, *target_columns] + [c for c in (id_column, split_column) if c], path)
+    if split_column:
+        labels = frame[split_column].astype(str)
+        splits = {name: np.flatnonzero((labels == name).to_numpy()) for name in sorted(labels.unique())}
+    else:
+        splits = seeded_split(len(frame), seed)
+    try:
+        targets = frame[target_columns].to_numpy(dtype=np.float32) if target_columns else np.zeros((len(frame), 0), np.float32)
+    except ValueError as err:
+        raise UserError(f"{path}: target columns must be numeric ({err})") from err
+    idx, names = _ids(frame, id_column, path)
+    return MoleculeTable(
+        name=path.name,
+        smiles=frame[smiles_column].astype(str).tolist(),
+        idx=idx,
+        targets=targets,
+        target_names=list(target_columns),
+        task_type=task_type,
+        splits=splits,
+        source_files=[path],
+        names=names,
+    )

@@ -1,0 +1,65 @@
+"""Evaluation across ranks: equal forward-pass counts, and predictions gathered by source idx.
+
+An evaluation loader yields each sample exactly once across all ranks, so ranks end up with
+different batch counts. That is harmless for plain data parallelism, but under ZeRO-3 every
+forward pass all-gathers parameters, and a rank that stops early leaves the others waiting.
+`lockstep` keeps every rank going until all are done, feeding filler batches (idx −1, no labels)
+to the ones that ran out, at the price of one one-element all-reduce per step.
+
+`gather_predictions` then collects every rank's (idx, prediction) rows, drops the filler rows,
+checks that no idx arrived twice, and returns them sorted by idx — the order an OGB Evaluator
+compares against the dataset's labels.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Iterator, Sequence
+
+import torch
+import torch.distributed as dist
+
+from gtscale.loader.batch import Batch
+from gtscale.loader.filler import FILLER_IDX
+
+
+def lockstep(batches: Iterable[Batch], filler: Batch, group=None, device: torch.device | str = "cpu") -> Iterator[Batch]:
+    """This rank's batches, then `filler` until every rank in `group` has run out.
+
+    `device` is where the all-reduce flag lives (a CUDA device under NCCL)."""
+    local = iter(batches)
+    while True:
+        batch = next(local, None)
+        flag = torch.tensor([0 if batch is None else 1], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
+        if flag.item() == 0:
+            return
+        yield batch if batch is not None else filler
+
+
+def gather_predictions(idx: Sequence[torch.Tensor], values: Sequence[torch.Tensor], group=None, expected: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """All ranks' (idx [n], values [n, ...]) rows, filler rows dropped, sorted by idx; on every rank.
+
+    `idx`/`values` are this rank's per-batch tensors (any device). With `expected`, the total must
+    be exactly that many samples. Raises RuntimeError when an idx arrived twice."""
+    local = (
+        torch.cat([i.detach().cpu().long() for i in idx]) if len(idx) else None,
+        torch.cat([v.detach().cpu() for v in values]) if len(values) else None,
+    )
+    parts: list = [local]
+    if dist.is_available() and dist.is_initialized():
+        parts = [None] * dist.get_world_size(group)
+        dist.all_gather_object(parts, local, group=group)
+    parts = [p for p in parts if p[0] is not None]
+    if not parts:
+        all_idx, all_values = torch.zeros(0, dtype=torch.long), torch.zeros(0)
+    else:
+        all_idx, all_values = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+    keep = all_idx != FILLER_IDX
+    order = torch.argsort(all_idx[keep], stable=True)
+    all_idx, all_values = all_idx[keep][order], all_values[keep][order]
+    repeated = all_idx[1:] == all_idx[:-1]
+    if bool(repeated.any()):
+        raise RuntimeError(f"sample idx {int(all_idx[1:][repeated][0])} was evaluated more than once")
+    if expected is not None and all_idx.numel() != expected:
+        raise RuntimeError(f"evaluated {all_idx.numel()} samples, expected {expected}")
+    return all_idx, all_values

@@ -1,0 +1,74 @@
+"""The module DeepSpeed wraps: backbone + task head (+ EGT's distance head), and how it is built,
+initialised from an export (pretrain → fine-tune) and told which Batch fields to ask the loader for."""
+
+from __future__ import annotations
+
+import pickle
+
+import torch
+from torch import nn
+
+from gtscale.config import to_dict
+from gtscale.errors import UserError
+from gtscale.format import schema
+from gtscale.io import safe_torch_load
+from gtscale.loader.batch import Batch
+from gtscale.train.config import TrainConfig, resolve_model_config
+
+
+class GraphTaskModel(nn.Module):
+    """Backbone + task head (+ EGT's distance-prediction head) as one module, so DeepSpeed wraps
+    (and ZeRO partitions) them all.
+
+    forward returns (task scores, the weighted auxiliary loss or None)."""
+
+    def __init__(self, backbone: nn.Module, head: nn.Module, distance_head: nn.Module | None = None):
+        super().__init__()
+        self.backbone = backbone
+        self.head = head
+        self.distance_head = distance_head
+
+    def forward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor | None]:
+        outputs = self.backbone(batch)
+        aux = None
+        if self.distance_head is not None and self.training:
+            aux = self.distance_head.distance_loss(self.distance_head(outputs), batch)
+        return self.head(outputs), aux
+
+
+def build_task_model(cfg: TrainConfig, num_targets: int) -> tuple[GraphTaskModel, dict]:
+    from gtscale.models import build_head, build_model
+
+    model_cfg = resolve_model_config(cfg)
+    backbone = build_model(model_cfg)
+    head_cfg = {**model_cfg.get("head", {"kind": "graph"}), **cfg.task.head, "num_outputs": num_targets}
+    distance_head = None
+    if cfg.task.aux_distance is not None:  # EGT's auxiliary objective (needs output_edges: true)
+        distance_head = build_head({"kind": "distance", **to_dict(cfg.task.aux_distance)}, backbone)
+    return GraphTaskModel(backbone, build_head(head_cfg, backbone), distance_head), model_cfg
+
+
+def load_backbone(model: GraphTaskModel, path: str) -> int:
+    """Start from an exported model's backbone (pretrain → fine-tune); the task head stays new.
+
+    The file is read with weights_only=True: tensors only, nothing in it can run code."""
+    try:
+        state = safe_torch_load(path)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as err:
+        raise UserError(f"init_from: {path} is not a weights-only model file (write it with `gtscale export`)") from err
+    backbone = {k.removeprefix("backbone."): v for k, v in state.items() if k.startswith("backbone.")}
+    missing, unexpected = model.backbone.load_state_dict(backbone, strict=False)
+    if missing or unexpected:
+        name = (missing or unexpected)[0]
+        raise UserError(f"init_from: {path} does not fit this model ({'missing' if missing else 'unexpected'} weight {name})")
+    return len(backbone)
+
+
+def loader_keys(backbone: nn.Module, model_cfg: dict) -> tuple[list[str], int]:
+    """Optional Batch fields the model reads (+ targets), and the path-edge distance it needs."""
+    from gtscale.loader.collate import BATCH_KEYS
+
+    fields = [f for f in backbone.batch_fields if f in BATCH_KEYS and f != "path_edges"]
+    path_dist = int(model_cfg.get("multi_hop_max_dist", 0)) if "path_edges" in backbone.batch_fields else 0
+    return sorted(set(fields) | {schema.Y}), path_dist
+
