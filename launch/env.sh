@@ -3,8 +3,10 @@
 # Re-running is cheap: the install is skipped while pyproject.toml is unchanged (a stamp file in the
 # venv records its hash). GTSCALE_VENV chooses another location.
 #
-# torch: on a CPU-only machine we install the CPU build (torch==2.13.0). On a GPU cluster, install
-# your CUDA torch into the venv first (see README); any torch already importable there is kept.
+# torch: any torch already importable in the venv is kept (on a GPU cluster, install your CUDA build
+# first; see README). Otherwise torch==2.13.0 is installed from pip's configured index; PyPI's Linux
+# wheel of it is the CUDA build, so on a stock CPU-only machine set GTSCALE_TORCH_INDEX to PyTorch's
+# CPU wheel index (README) to get the CPU build.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${GTSCALE_VENV:-$repo/.venv}"
@@ -23,7 +25,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "[gtscale] installing dependencies (once; a few minutes)"
   python -m pip install -q --upgrade pip
   if ! python -c "import torch" 2>/dev/null; then
-    python -m pip install -q "torch==2.13.0"
+    python -m pip install -q "torch==2.13.0" ${GTSCALE_TORCH_INDEX:+--index-url "$GTSCALE_TORCH_INDEX"}
   fi
   python -m pip install -q -e "$repo[test]"
   echo "$want" > "$stamp"

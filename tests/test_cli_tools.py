@@ -18,6 +18,19 @@ def test_bench_shard_json(tmp_path, capsys):
     assert "gtscale full path" in capsys.readouterr().out
 
 
+def test_bench_shard_whole_process_json(tmp_path, capsys):
+    """Both processes run to completion (check=True: the gtscale one shards the PCQM4Mv2-layout
+    folder the bench writes, with the real reader) and the ratios are those of the rows."""
+    out = tmp_path / "whole.json"
+    assert main(["bench", "shard", "--whole-process", "200", "--rounds", "1", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    base, ours = result["rows"]
+    assert (base["process"], ours["process"]) == ("smiles2graph process", "gtscale shard process")
+    assert result["ratio_cpu"] == pytest.approx(base["cpu_s"] / ours["cpu_s"])
+    assert all(r["cpu_s"] > 0 and r["wall_s"] > 0 for r in result["rows"])
+    assert "by CPU time" in capsys.readouterr().out
+
+
 @pytest.mark.slow
 def test_bench_train_json(tmp_path, monkeypatch):
     out = tmp_path / "train.json"
