@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("gtscale.train.cli", "train a model with DeepSpeed (start with torchrun, deepspeed or srun)"),
     "export": ("gtscale.train.export", "consolidated fp32 weights + model config of a run's checkpoint"),
     "plot": ("gtscale.train.plot", "loss, metric and learning-rate curves of a run to PNG"),
+    "graph": ("gtscale.graphs.cli", "huge graphs: `graph build {dgl,mat,plain,synthetic}` an on-disk CSR store, `graph info`"),
 }
 
 #: `gtscale bench <name>` → (module, help)
@@ -29,6 +30,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "loader": ("gtscale.bench.loader", "decode + collate graphs/s per worker and padding efficiency"),
     "model": ("gtscale.bench.model", "forward+backward graphs/s and peak memory of a model"),
     "train": ("gtscale.bench.train", "training-loop graphs/s against the model alone on pre-collated batches"),
+    "graph": ("gtscale.bench.graph", "huge-graph CSR build, store open, ego/induced sampling vs scipy + Python BFS"),
 }
 
 
