@@ -14,13 +14,15 @@ rank on a machine shares one copy through the page cache):
 The build (never the whole edge list in RAM as Python objects): pass 1 counts degrees block by
 block, validating node ids; pass 2 scatters each block into its rows (a counting sort into a
 memory-mapped scratch file); then every row is sorted and deduplicated in place and the rows are
-compacted into indices.npy. graph.json is removed when a build starts and written only when
-everything else is finished, so a half-built store never opens; a rerun rebuilds from scratch.
+compacted into indices.npy. The build runs in a sibling folder with graph.json written last and
+replaces the store only when finished, so a half-built store never opens and bad input leaves an
+existing store as it was; a rerun after an interruption rebuilds from scratch.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,22 +117,43 @@ def _store_files(out: Path) -> list[Path]:
     return sorted(p for p in out.iterdir() if p.suffix == ".npy")
 
 
+def _refuse_foreign(out: Path) -> None:
+    """Never delete a folder that is not a graph store."""
+    foreign = [p.name for p in out.iterdir() if p.suffix not in (".npy", ".json")] if out.is_dir() else []
+    if foreign or (out.exists() and not out.is_dir()):
+        raise UserError(f"{out}: {'holds ' + repr(foreign[0]) + ', ' if foreign else ''}not a graph store; choose another --out")
+
+
+def _replace_store(built: Path, out: Path) -> None:
+    """Move a finished build into place. The old store loses its manifest first, so that a crash
+    in between leaves a folder that does not open, never a mixture that looks complete."""
+    if out.exists():
+        _refuse_foreign(out)
+        (out / MANIFEST).unlink(missing_ok=True)
+        shutil.rmtree(out)
+    built.rename(out)
+
+
 def build_store(source: GraphSource, out: str | Path, feature_dtype: str = "float32", progress: bool = True) -> dict:
-    """Build (or rebuild) the store of `source` in folder `out`; returns its manifest."""
+    """Build (or rebuild) the store of `source` in folder `out`; returns its manifest.
+
+    The build happens in a sibling folder `.<name>.building` that replaces `out` only when finished:
+    bad input found halfway (exit 2) leaves an existing store untouched and nothing that opens."""
     if feature_dtype not in FEATURE_DTYPES:
         raise UserError(f"feature dtype {feature_dtype!r}: choose one of {', '.join(FEATURE_DTYPES)}")
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / MANIFEST).unlink(missing_ok=True)  # from here on the folder is not a finished store
-    for stale in [*_store_files(out), *out.glob("*.scratch")]:
-        stale.unlink()
+    if out.exists():
+        _refuse_foreign(out)
+    work = out.parent / f".{out.name}.building"
+    if work.exists():
+        shutil.rmtree(work)  # an interrupted earlier build: start over
+    work.mkdir(parents=True)
     began = time.perf_counter()
     try:
-        counts = _build_csr(source, out, progress)
-        _write_node_arrays(source, out, feature_dtype)
+        counts = _build_csr(source, work, progress)
+        _write_node_arrays(source, work, feature_dtype)
     except BaseException:
-        for partial in [*_store_files(out), *out.glob("*.scratch")]:
-            partial.unlink(missing_ok=True)
+        shutil.rmtree(work, ignore_errors=True)
         raise
     labels = source.labels
     manifest = {
@@ -145,9 +168,10 @@ def build_store(source: GraphSource, out: str | Path, feature_dtype: str = "floa
         "relations": source.relations,
         "build": {"feature_dtype": feature_dtype, "symmetrised": True, "self_loops": "removed", "duplicates": "removed",
                   "seconds": round(time.perf_counter() - began, 2), "source": source.params},
-        "files": {p.name: {"bytes": p.stat().st_size, "sha256": sha256_file(p)} for p in _store_files(out)},
+        "files": {p.name: {"bytes": p.stat().st_size, "sha256": sha256_file(p)} for p in _store_files(work)},
     }
-    atomic_write_text(out / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
+    atomic_write_text(work / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
+    _replace_store(work, out)
     return manifest
 
 
