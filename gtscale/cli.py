@@ -24,6 +24,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "graph": ("gtscale.graphs.cli", "huge graphs: `graph build {dgl,mat,plain,synthetic}` an on-disk CSR store, `graph info`"),
 }
 
+#: `gtscale <command> <name>` handled by another module than <command>'s own → (module, help)
+SUBCOMMANDS: dict[tuple[str, str], tuple[str, str]] = {
+    ("shard", "graph-ego"): ("gtscale.graphs.shard_cli", "ego-subgraph shards of each split's target nodes of a graph store"),
+}
+
 #: `gtscale bench <name>` → (module, help)
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "shard": ("gtscale.bench.shard", "featurization + structure + serialization throughput vs smiles2graph"),
@@ -44,6 +49,7 @@ def _build_parser(module_name: str, prog: str, help_text: str) -> tuple[argparse
 def _usage() -> str:
     lines = ["usage: gtscale <command> [options]", "", "commands:"]
     lines += [f"  {name:<12} {help_text}" for name, (_, help_text) in COMMANDS.items()]
+    lines += [f"  {c} {name:<6} {help_text}" for (c, name), (_, help_text) in SUBCOMMANDS.items()]
     lines += [f"  bench {name:<6} {help_text}" for name, (_, help_text) in BENCHMARKS.items()]
     return "\n".join(lines)
 
@@ -60,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_USER_ERROR
         module_name, help_text = BENCHMARKS[rest[0]]
         prog, rest = f"gtscale bench {rest[0]}", rest[1:]
+    elif rest and (command, rest[0]) in SUBCOMMANDS:
+        module_name, help_text = SUBCOMMANDS[(command, rest[0])]
+        prog, rest = f"gtscale {command} {rest[0]}", rest[1:]
     elif command in COMMANDS:
         module_name, help_text = COMMANDS[command]
         prog = f"gtscale {command}"
