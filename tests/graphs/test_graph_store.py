@@ -16,7 +16,7 @@ from gtscale.graphs.store import MANIFEST, GraphStore, build_store
 from gtscale.graphs.synthetic import synthetic_source
 
 
-@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint16])
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint16, np.uint64])
 def test_csr_equals_scipy_build(tmp_path, dtype):
     n = 300
     edges = random_edges(n, 4000, seed=1, dtype=dtype)
