@@ -66,3 +66,14 @@ def test_rerun_redoes_only_missing_shards(store_path, tmp_path):
 def test_mask_column_needs_stored_masks(store_path, tmp_path, capsys):
     assert _shard(store_path, tmp_path / "m", split=("--mask-column", "0")) == 2
     assert "mask split needs train, val and test" in capsys.readouterr().err
+
+
+def test_loader_accepts_schema_v1_and_v2_manifests():
+    """Schema v2 only added keys: manifests of version-1 shards still pass the loader's check."""
+    from gtscale.errors import UserError
+    from gtscale.loader.stream import _check_manifest
+
+    for version in (1, 2):
+        _check_manifest({"schema_version": version, "_dir": "d"}, ())
+    with pytest.raises(UserError, match="schema_version 3"):
+        _check_manifest({"schema_version": 3, "_dir": "d"}, ())
