@@ -28,6 +28,13 @@ _M64 = (1 << 64) - 1
 _GOLDEN, _MUL1, _MUL2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 
 
+def _mix_py(x: int) -> int:
+    x = (x + _GOLDEN) & _M64
+    x = ((x ^ (x >> 30)) * _MUL1) & _M64
+    x = ((x ^ (x >> 27)) * _MUL2) & _M64
+    return x ^ (x >> 31)
+
+
 def priority_py(seed: int, target: int, node: int) -> int:
     """The priority key mix(mix(mix(seed) ^ target) ^ node) in plain Python (for reference
     implementations and tests); the compiled sampler computes the same 64-bit value."""
@@ -150,18 +157,13 @@ class EgoSampler:
 
     def sample(self, targets) -> list[EgoSubgraph]:
         targets = np.atleast_1d(np.asarray(targets, np.int64))
+        if len(targets) and (targets.min() < 0 or targets.max() >= len(self.local)):
+            raise ValueError(f"target node ids must lie in 0..{len(self.local) - 1}")  # the compiled code does not check
         nodes, node_ptr, src, dst, edge_ptr = _ego_batch(self.indptr, self.indices, targets, self.fanouts, self.max_nodes,
                                                          self.seed_key, self.local, self.best_key, self.best_node)
         return [EgoSubgraph(int(t), nodes[node_ptr[b] : node_ptr[b + 1]],
                             np.stack([src[edge_ptr[b] : edge_ptr[b + 1]], dst[edge_ptr[b] : edge_ptr[b + 1]]]).astype(np.int64))
                 for b, t in enumerate(targets)]
-
-
-def _mix_py(x: int) -> int:
-    x = (x + _GOLDEN) & _M64
-    x = ((x ^ (x >> 30)) * _MUL1) & _M64
-    x = ((x ^ (x >> 27)) * _MUL2) & _M64
-    return x ^ (x >> 31)
 
 
 def ego_structures(subgraphs: list[EgoSubgraph], options: StructureOptions) -> list[dict[str, np.ndarray]]:

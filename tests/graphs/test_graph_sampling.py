@@ -63,6 +63,13 @@ def test_ego_depends_only_on_seed_and_target(store):
     assert a[0].nodes[0] == 3 and not np.array_equal(b[0].nodes, c[0].nodes)
 
 
+def test_ego_rejects_targets_outside_the_graph(store):
+    sampler = EgoSampler(store.indptr, store.indices, (4,), 8, seed=0)
+    for bad in ([store.num_nodes], [-1]):
+        with pytest.raises(ValueError, match="target node ids"):
+            sampler.sample(bad)
+
+
 def test_ego_structure_is_the_molecular_structure(store):
     subs = EgoSampler(store.indptr, store.indices, (16, 16), 64, seed=0).sample(np.arange(20))
     options = StructureOptions(svd_rank=8, lap_k=0)
