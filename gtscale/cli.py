@@ -21,6 +21,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("gtscale.train.cli", "train a model with DeepSpeed (start with torchrun, deepspeed or srun)"),
     "export": ("gtscale.train.export", "consolidated fp32 weights + model config of a run's checkpoint"),
     "plot": ("gtscale.train.plot", "loss, metric and learning-rate curves of a run to PNG"),
+    "graph": ("gtscale.graphs.cli", "huge graphs: `graph build {dgl,mat,plain,synthetic}` an on-disk CSR store, `graph info`"),
+}
+
+#: `gtscale <command> <name>` handled by another module than <command>'s own → (module, help)
+SUBCOMMANDS: dict[tuple[str, str], tuple[str, str]] = {
+    ("shard", "graph-ego"): ("gtscale.graphs.shard_cli", "ego-subgraph shards of each split's target nodes of a graph store"),
 }
 
 #: `gtscale bench <name>` → (module, help)
@@ -29,6 +35,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "loader": ("gtscale.bench.loader", "decode + collate graphs/s per worker and padding efficiency"),
     "model": ("gtscale.bench.model", "forward+backward graphs/s and peak memory of a model"),
     "train": ("gtscale.bench.train", "training-loop graphs/s against the model alone on pre-collated batches"),
+    "graph": ("gtscale.bench.graph", "huge-graph CSR build, store open, ego/induced sampling vs scipy + Python BFS"),
 }
 
 
@@ -42,6 +49,7 @@ def _build_parser(module_name: str, prog: str, help_text: str) -> tuple[argparse
 def _usage() -> str:
     lines = ["usage: gtscale <command> [options]", "", "commands:"]
     lines += [f"  {name:<12} {help_text}" for name, (_, help_text) in COMMANDS.items()]
+    lines += [f"  {c} {name:<6} {help_text}" for (c, name), (_, help_text) in SUBCOMMANDS.items()]
     lines += [f"  bench {name:<6} {help_text}" for name, (_, help_text) in BENCHMARKS.items()]
     return "\n".join(lines)
 
@@ -58,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_USER_ERROR
         module_name, help_text = BENCHMARKS[rest[0]]
         prog, rest = f"gtscale bench {rest[0]}", rest[1:]
+    elif rest and (command, rest[0]) in SUBCOMMANDS:
+        module_name, help_text = SUBCOMMANDS[(command, rest[0])]
+        prog, rest = f"gtscale {command} {rest[0]}", rest[1:]
     elif command in COMMANDS:
         module_name, help_text = COMMANDS[command]
         prog = f"gtscale {command}"

@@ -21,6 +21,14 @@ A record is one graph. In a shard each key is a tar member ``<sample key>.<recor
 | y            | float32 [T]                 | graph targets, NaN where unlabelled                    |
 | node_y       | float32 [N]                 | node targets (node tasks), NaN where unlabelled        |
 | meta         | json                        | idx in the source, num_nodes, num_edges (+ center)     |
+| x_float      | float16 [N, F]              | continuous node features (graphs that are not molecules)|
+| node_id      | int64 [N]                   | global node id in the big graph (sampled subgraphs)    |
+| target_nodes | int16/int32 [T]             | local index of each labelled node (ego: [0], the target)|
+| target_y     | float32 [T]                 | label of target_nodes[t] (node tasks), NaN unknown     |
+
+Schema version 2 added the last four keys (sampled subgraphs of huge graphs, issue 10); version-1
+shards hold none of them and stay readable (READABLE_SCHEMA_VERSIONS). In an ego-subgraph record
+meta.idx is the target's global node id and the record has x_float in place of x and no edge_attr.
 """
 
 from __future__ import annotations
@@ -28,7 +36,9 @@ from __future__ import annotations
 import numpy as np
 
 #: Version of the record layout; stored in every manifest and checked by the loader.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Versions this code reads: each version only added keys to the one before.
+READABLE_SCHEMA_VERSIONS = (1, 2)
 
 # --- record keys -------------------------------------------------------------------------
 X = "x"
@@ -44,6 +54,10 @@ LAP_EIGVAL = "lap_eigval"
 Y = "y"
 NODE_Y = "node_y"
 META = "meta"
+X_FLOAT = "x_float"
+NODE_ID = "node_id"
+TARGET_NODES = "target_nodes"
+TARGET_Y = "target_y"
 
 #: Keys every record has; the rest depend on the transform options.
 REQUIRED_KEYS = (X, EDGE_INDEX, EDGE_ATTR, META)
@@ -58,6 +72,10 @@ PRODUCED_BY = {
     LAP_EIGVAL: "--lap-k K (K > 0)",
     Y: "a dataset with graph targets",
     NODE_Y: "a node-task dataset (sampled subgraphs)",
+    X_FLOAT: "`gtscale shard graph-ego` (continuous node features)",
+    NODE_ID: "`gtscale shard graph-ego`",
+    TARGET_NODES: "`gtscale shard graph-ego`",
+    TARGET_Y: "`gtscale shard graph-ego`",
 }
 
 # --- sentinels -----------------------------------------------------------------------------

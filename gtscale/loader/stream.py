@@ -207,8 +207,8 @@ _PRODUCED_IF = {
 
 def _check_manifest(manifest: dict, keys: tuple[str, ...]) -> None:
     where = manifest.get("_dir", "manifest")
-    if manifest.get("schema_version") != schema.SCHEMA_VERSION:
-        raise UserError(f"{where}: shards have schema_version {manifest.get('schema_version')!r}, this loader reads {schema.SCHEMA_VERSION}; re-shard")
+    if manifest.get("schema_version") not in schema.READABLE_SCHEMA_VERSIONS:
+        raise UserError(f"{where}: shards have schema_version {manifest.get('schema_version')!r}, this loader reads {schema.READABLE_SCHEMA_VERSIONS}; re-shard")
     for key in keys:
         section, entry = _PRODUCED_IF.get(key, (None, None))
         value = manifest.get(section, {}).get(entry) if section else None
