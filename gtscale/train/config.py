@@ -11,7 +11,6 @@ configuration is saved as `config.yaml` in the run directory.
 from __future__ import annotations
 
 import functools
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,8 +126,9 @@ class TrainConfig:
         check_ranges(self)
 
 
-def _finite(low: float, high: float = math.inf, low_open: bool = False) -> Callable[[Any, "TrainConfig"], bool]:
-    return lambda v, _: math.isfinite(v) and (v > low if low_open else v >= low) and v <= high
+def _finite(low: float, low_open: bool = False) -> Callable[[Any, "TrainConfig"], bool]:
+    """A finite number ≥ low (> low when low_open); NaN and ±inf fail."""
+    return lambda v, _: math.isfinite(v) and (v > low if low_open else v >= low)
 
 
 #: Every range-checked field: dotted key → (test of (value, whole config), what it must be).

@@ -4,7 +4,6 @@ targets must fit, and the loader fields the model chooses."""
 
 import json
 import math
-import shutil
 import subprocess
 import sys
 
