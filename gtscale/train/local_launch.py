@@ -34,14 +34,14 @@ EXIT_PREEMPTED = 75  # trainer.EXIT_PREEMPTED (not imported: that would load Dee
 FORWARDED = (signal.SIGTERM, signal.SIGUSR1)
 
 
-def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+def parse(argv: list[str]) -> argparse.Namespace:
+    from gtscale.train.cli import add_arguments
+
     parser = argparse.ArgumentParser(prog="launch/train", description=__doc__.split("\n\n")[0], allow_abbrev=False)
     default = _local_accelerators()
     parser.add_argument("--nproc_per_node", "--nproc-per-node", type=int, default=default, help=f"training processes (default: one per GPU, else 1; here {default})")
-    args, train_args = parser.parse_known_args(argv)
-    if not train_args:
-        parser.error("give a training CONFIG (and any dotted.key=value overrides, --resume)")
-    return args, train_args
+    add_arguments(parser)  # gtscale train's own: CONFIG, overrides, --resume
+    return parser.parse_args(argv)
 
 
 def _local_accelerators() -> int:
@@ -91,7 +91,9 @@ def _forward(signum, frame) -> None:
 
 def run_torchrun(nproc: int, train_args: list[str]) -> list[int]:
     """torchrun --standalone --nproc_per_node nproc -m gtscale.cli train …; the failed ranks' exit
-    statuses ([] when every rank exited 0)."""
+    statuses ([] when every rank exited 0). SIGINT, SIGHUP, SIGQUIT stay torchrun's: it passes them
+    to the ranks' process groups and raises SignalException, answered here by 128 + the signal."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
@@ -106,18 +108,21 @@ def run_torchrun(nproc: int, train_args: list[str]) -> list[int]:
         if not all(code in (EXIT_PREEMPTED, EXIT_USER_ERROR) or code < 0 for code in codes):
             print(err.format_msg(), file=sys.stderr)  # torchrun's own report of a crash
         return codes
+    except SignalException as err:
+        print(f"launch/train: interrupted by {signal.Signals(err.sigval).name}; the ranks were stopped without a checkpoint", file=sys.stderr)
+        raise SystemExit(128 + int(err.sigval)) from None
     return []
 
 
 def main(argv: list[str] | None = None) -> int:
-    args, train_args = parse(list(sys.argv[1:] if argv is None else argv))
+    args = parse(list(sys.argv[1:] if argv is None else argv))
     try:
-        cfg = load_train_config(train_args[0], [a for a in train_args[1:] if "=" in a and not a.startswith("-")])
+        cfg = load_train_config(args.config, args.overrides)
     except UserError as err:
         print(f"launch/train: error: {err}", file=sys.stderr)
         return EXIT_USER_ERROR
     start = time.time()
-    codes = run_torchrun(args.nproc_per_node, train_args)
+    codes = run_torchrun(args.nproc_per_node, [args.config, *args.overrides, "--resume", args.resume])
     tag = completed_since(Path(cfg.run_dir) / "checkpoints", start)
     status = exit_status(codes, tag is not None)
     if status == EXIT_PREEMPTED:
