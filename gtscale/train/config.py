@@ -47,7 +47,7 @@ class TaskConfig:
     # ogbg dataset name whose target count matches the shards' (ogbg-molhiv: rocauc, ogbg-molpcba: ap,
     # ogbg-molesol / -molfreesolv / -mollipo: rmse)
     evaluator: str = "pcqm4mv2"
-    head: dict = field(default_factory=dict)  # head overrides on top of the model YAML's `head` section
+    head: dict = field(default_factory=dict)  # head overrides on top of the model YAML's `head` section (num_outputs: the shards' targets)
     target_scale: float = 1.0  # regression: the model predicts y / target_scale (keeps targets O(1))
     target_shift: float = 0.0  # regression: … and (y − target_shift)
     aux_distance: Optional[AuxDistanceConfig] = None  # EGT's auxiliary distance prediction; off when absent
@@ -205,6 +205,8 @@ def load_train_config(path: str | Path, overrides: list[str]) -> TrainConfig:
     contents = load_manifest(manifest)
     num_targets = int(contents.get("task", {}).get("num_targets", 1))
     check_task(cfg.task, num_targets, manifest)
+    if "num_outputs" in cfg.task.head:  # like the loader keys: replaced, so never silently
+        raise UserError(f"task.head.num_outputs: set by the shards' number of targets ({num_targets} in {manifest}), not by the config; remove it")
     from gtscale.train.task_model import check_task_model
 
     check_task_model(cfg, num_targets)  # task.head and task.aux_distance fit the model

@@ -75,6 +75,7 @@ def test_aux_distance_ranges_and_edges(tpsa_shards, tmp_path):
         ({"hidden": [0]}, "task.head: num_outputs, max_hops and hidden widths must be positive"),
         ({"widths": [32]}, "task.head.widths: unknown key"),
         ({"activation": "tanh"}, "task.head.activation: 'tanh' is not one of"),
+        ({"num_outputs": 3}, "task.head.num_outputs: set by the shards' number of targets (1 in"),
     ],
 )
 def test_task_head_is_checked_with_the_config(tpsa_shards, tmp_path, head, message):
