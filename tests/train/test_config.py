@@ -17,7 +17,7 @@ def train_cli(*args):
     [
         ("optimizer.lrr=0.1", "optimizer.lrr: unknown key"),
         ("optimizer.lr=fast", "optimizer.lr: expected a number"),
-        ("deepspeed.zero_stage=4", "zero_stage must be 0, 1, 2 or 3"),
+        ("deepspeed.zero_stage=4", "deepspeed.zero_stage: must be 0, 1, 2 or 3"),
         ("data.shards=/nonexistent/shards", "/nonexistent/shards/manifest.json not found"),
         ("data.loader.batching=bytes", "data.loader.batching"),
         ("deepspeed=zero9", "no preset 'zero9'"),
@@ -26,7 +26,7 @@ def train_cli(*args):
         ("task.evaluator=ogbg-nope", "task.evaluator: 'ogbg-nope'"),
         ("task.metric=rocauc", "task.metric: 'rocauc' is not reported by evaluator 'pcqm4mv2'"),
         ("data.eval_split=test-dev", "data.eval_split: 'test-dev' is not a split"),
-        ("task.target_scale=0", "target_scale must be > 0"),
+        ("task.target_scale=0", "task.target_scale: must be > 0"),
     ],
 )
 def test_bad_config_is_one_line_and_exit_2(tpsa_shards, tmp_path, override, needle):
