@@ -53,3 +53,13 @@ def test_warmup_cosine_schedule():
     assert factors[0] == pytest.approx(0.1) and factors[9] == pytest.approx(1.0)
     assert factors[10] == pytest.approx(1.0) and factors[60] == pytest.approx(0.55) and factors[110] == pytest.approx(0.1)
     assert all(a >= b for a, b in zip(factors[10:], factors[11:]))
+
+
+def test_exponent_floats_without_a_point_are_numbers(tmp_path):
+    """PyYAML (YAML 1.1) reads `1e-5` as a string; gtscale's configs read it as YAML 1.2 does."""
+    from gtscale.config import apply_overrides, load_yaml
+
+    path = tmp_path / "c.yaml"
+    path.write_text("lr: 1e-5\nname: 1e5x\n")
+    assert load_yaml(path) == {"lr": 1e-5, "name": "1e5x"}
+    assert apply_overrides({}, ["schedule.min_lr=2E-6", "a=-3e+2"]) == {"schedule": {"min_lr": 2e-6}, "a": -300.0}
