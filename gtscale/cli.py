@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("gtscale.train.cli", "train a model with DeepSpeed (start with torchrun, deepspeed or srun)"),
     "export": ("gtscale.train.export", "consolidated fp32 weights + model config of a run's checkpoint"),
     "plot": ("gtscale.train.plot", "loss, metric and learning-rate curves of a run to PNG"),
+    "import-checkpoint": ("gtscale.interop.cli", "an authors' Graphormer (fairseq) or EGT checkpoint → a gtscale export"),
 }
 
 #: `gtscale bench <name>` → (module, help)

@@ -18,6 +18,7 @@ ALLOWED = {
     "loader": {"format"},
     "models": {"format", "loader"},
     "train": {"format", "loader", "models"},
+    "interop": {"format", "loader", "models"},
 }
 #: Leaf modules of the package root that every package may use.
 SHARED = {"errors", "io", "config"}
