@@ -181,3 +181,12 @@ def test_unknown_and_missing_keys_are_listed(tmp_path, capsys):
     assert "unknown keys encoder.graph_encoder.layers.0.extra.weight" in err
     assert "missing keys encoder.graph_encoder.layers.1.fc2.bias" in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_set_overrides_options_the_weights_do_not_carry(tmp_path, capsys):
+    torch.save(fairseq_checkpoint(randomised(RELEASED), RELEASED), tmp_path / "ckpt.pt")
+    base = ["import-checkpoint", "--format", "graphormer", str(tmp_path / "ckpt.pt"), str(tmp_path / "out")]
+    assert main(base + ["--set", "dropout=0.2", "--set", "head.activation=gelu"]) == 0
+    assert load_export(tmp_path / "out").backbone.cfg.dropout == 0.2
+    assert main(base + ["--set", "no_such_option=1"]) == 2
+    assert "--set no_such_option" in capsys.readouterr().err
