@@ -190,3 +190,70 @@ def test_set_overrides_options_the_weights_do_not_carry(tmp_path, capsys):
     assert load_export(tmp_path / "out").backbone.cfg.dropout == 0.2
     assert main(base + ["--set", "no_such_option=1"]) == 2
     assert "--set no_such_option" in capsys.readouterr().err
+
+
+def fairseq_graphormer(sd: dict, cfg: dict, batch) -> torch.Tensor:
+    """A transcription of the authors' forward (graphormer_layers.py, graphormer_graph_encoder*.py,
+    models/graphormer.py; Post-LN, eval) on one unpadded molecule, reading their tensors with their
+    input conventions: atom rows raw + 2 + 512c, path-edge rows raw + 3 + 512c, spatial_pos = hops + 1
+    (unreachable 510 + 1), degree + 1."""
+    import torch.nn.functional as F
+
+    def lin(x, name, bias=True):
+        return F.linear(x, sd[name + ".weight"], sd[name + ".bias"] if bias else None)
+
+    def ln(x, name):
+        return F.layer_norm(x, x.shape[-1:], sd[name + ".weight"], sd[name + ".bias"])
+
+    heads, dist, v = cfg["num_heads"], cfg["multi_hop_max_dist"], cfg["node_vocab"][0]
+    x_rows = batch.node_feat + 1 + v * torch.arange(9)  # node_feat holds raw + 1
+    edge_input = torch.where(batch.path_edges > 0, batch.path_edges + 2 + cfg["edge_vocab"][0] * torch.arange(3), 0)
+    spatial_pos = torch.where(batch.spd == SPD_UNREACHABLE, 510, batch.spd) + 1
+    node, bias_p = ENC + "graph_node_feature.", ENC + "graph_attn_bias."
+    x = (sd[node + "atom_encoder.weight"][x_rows].sum(-2) + sd[node + "in_degree_encoder.weight"][batch.in_degree + 1]
+         + sd[node + "out_degree_encoder.weight"][batch.out_degree + 1])
+    b, n = x.shape[:2]
+    x = torch.cat([sd[node + "graph_token.weight"][None].expand(b, 1, -1), x], 1)
+    bias = torch.zeros(b, heads, n + 1, n + 1)
+    bias[:, :, 1:, 1:] += sd[bias_p + "spatial_pos_encoder.weight"][spatial_pos].permute(0, 3, 1, 2)
+    t = sd[bias_p + "graph_token_virtual_distance.weight"].view(1, heads, 1)
+    bias[:, :, 1:, 0] += t
+    bias[:, :, 0, :] += t
+    sp = spatial_pos.clone()
+    sp[sp == 0] = 1
+    sp = torch.where(sp > 1, sp - 1, sp).clamp(0, dist)
+    e = sd[bias_p + "edge_encoder.weight"][edge_input[:, :, :, :dist]].mean(-2)  # [b, n, n, D, H]
+    w = sd[bias_p + "edge_dis_encoder.weight"].reshape(-1, heads, heads)[:e.shape[3]]
+    e = torch.einsum("bijdh,dhk->bijdk", e, w).sum(-2) / sp.float().unsqueeze(-1)
+    bias[:, :, 1:, 1:] += e.permute(0, 3, 1, 2)
+    x = ln(x, ENC + "emb_layer_norm")
+    hd = cfg["hidden_dim"] // heads
+    for i in range(cfg["num_layers"]):
+        p = ENC + f"layers.{i}."
+        q = lin(x, p + "self_attn.q_proj") * hd ** -0.5
+        k, val = lin(x, p + "self_attn.k_proj"), lin(x, p + "self_attn.v_proj")
+        q, k, val = (t_.view(b, n + 1, heads, hd).transpose(1, 2) for t_ in (q, k, val))
+        attn = torch.softmax(q @ k.transpose(-1, -2) + bias, dim=-1) @ val
+        x = ln(x + lin(attn.transpose(1, 2).reshape(b, n + 1, -1), p + "self_attn.out_proj"), p + "self_attn_layer_norm")
+        x = ln(x + lin(F.gelu(lin(x, p + "fc1")), p + "fc2"), p + "final_layer_norm")
+    x = ln(F.gelu(lin(x, "encoder.lm_head_transform_weight")), "encoder.layer_norm")
+    return (F.linear(x, sd["encoder.embed_out.weight"]) + sd["encoder.lm_output_learned_bias"])[:, 0]
+
+
+def test_imported_model_computes_the_authors_function(tmp_path):
+    import numpy as np
+    from model_fixtures import make_batch, random_graph
+
+    cfg = {**RELEASED, "node_vocab": [512] * 9, "edge_vocab": [512] * 3, "num_spatial": 512,
+           "num_in_degree": 512, "num_out_degree": 512, "num_edge_dis": 8}
+    ckpt = fairseq_checkpoint(randomised(cfg, seed=4), cfg)
+    torch.save(ckpt, tmp_path / "ckpt.pt")
+    assert main(["import-checkpoint", "--format", "graphormer", str(tmp_path / "ckpt.pt"), str(tmp_path / "out")]) == 0
+    imported = load_export(tmp_path / "out")
+    rng = np.random.default_rng(11)
+    for size, parts in [(7, 1), (9, 2), (1, 1), (12, 1)]:
+        single = make_batch([random_graph(rng, size, components=parts)])
+        with torch.no_grad():
+            ours = imported.head(imported.backbone(single))
+            theirs = fairseq_graphormer(ckpt["model"], cfg, single)
+        torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
