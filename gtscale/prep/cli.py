@@ -27,6 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-spd", action="store_true", help="skip shortest paths and predecessors")
     parser.add_argument("--no-degree", action="store_true", help="skip in/out degrees")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--targets", choices=["given", "rdkit-descriptors"], default="given",
+                        help="given: the dataset's own targets; rdkit-descriptors: standardised RDKit descriptors (pretraining)")
     parser.add_argument("--dataset", dest="subset", default=None, help="moleculeace: which benchmark set, e.g. CHEMBL214_Ki")
     table = parser.add_argument_group("smiles-csv options")
     table.add_argument("--input", help="the .csv / .smi file (optionally .gz)")

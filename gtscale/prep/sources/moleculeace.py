@@ -77,7 +77,7 @@ def read_moleculeace(dataset: str | None, root: Path | None = None, seed: int = 
     train, valid = carve_valid(np.flatnonzero((split == "train").to_numpy()), seed, valid_fraction)
     rows = np.arange(len(frame), dtype=np.int64)
     return MoleculeTable(
-        name=f"moleculeace-{dataset}",
+        name=f"moleculeace-{dataset}-seed{seed}",  # the seed shapes the splits: part of the run's fingerprint
         smiles=frame["smiles"].astype(str).tolist(),
         idx=rows,
         targets=targets,
