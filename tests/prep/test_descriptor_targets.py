@@ -56,18 +56,23 @@ def test_offline_union_needs_descriptor_targets(tmp_path, capsys):
     assert "--targets rdkit-descriptors" in capsys.readouterr().err
 
 
-def test_offline_union_holds_no_moleculeace_test_molecule():
-    from gtscale.prep.sources.moleculeace import available, data_folder
+def test_offline_union_holds_train_molecules_once_and_no_test_molecule(tmp_path):
+    import shutil
+
+    from gtscale.prep.sources.bundled import NCI_SMILES
+    from gtscale.prep.sources.moleculeace import data_folder
     from gtscale.prep.sources.union import canonical, read_offline_union
 
-    table = read_offline_union()
-    assert len(set(table.smiles)) == len(table.smiles) > 30_000
-    smiles = set(table.smiles)
-    frame = pd.read_csv(data_folder() / f"{available()[0]}.csv")
-    test_only = set(frame.loc[frame["split"] == "test", "smiles"].map(canonical))
-    train_all = set()
-    for name in available():
-        f = pd.read_csv(data_folder() / f"{name}.csv")
-        train_all |= set(f.loc[f["split"] == "train", "smiles"].map(canonical))
-    assert not (test_only - train_all) & smiles
+    for name in ("CHEMBL2835_Ki", "CHEMBL4203_Ki"):  # two small sets, as --root
+        shutil.copy(data_folder() / f"{name}.csv", tmp_path / f"{name}.csv")
+    table = read_offline_union(tmp_path)
+    train, test = set(), set()
+    for name in ("CHEMBL2835_Ki", "CHEMBL4203_Ki"):
+        f = pd.read_csv(tmp_path / f"{name}.csv")
+        train |= set(f.loc[f["split"] == "train", "smiles"].map(canonical))
+        test |= set(f.loc[f["split"] == "test", "smiles"].map(canonical))
+    nci = {canonical(line.split()[0]) for line in NCI_SMILES.read_text().splitlines()}
+    assert sorted(table.smiles) == sorted(train | nci)
+    assert not (test - train - nci) & set(table.smiles)
     assert sorted(np.concatenate(list(table.splits.values())).tolist()) == list(range(len(table.smiles)))
+    assert {k: len(v) for k, v in table.splits.items()} == {"train": round(0.95 * len(table.smiles)), "valid": len(table.smiles) - round(0.95 * len(table.smiles))}
