@@ -184,3 +184,11 @@ def test_unknown_and_missing_keys_are_listed(tmp_path, capsys):
     assert main(["import-checkpoint", "--format", "egt", str(tmp_path / "egt.pt"), str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert "unknown keys EGT_layers.2.lin_O_e.weight" in err and "missing keys EGT_layers.1.ffn_ln_e.bias" in err
+
+
+def test_imported_model_yaml_is_a_model_config_other_commands_read(tmp_path, capsys):
+    torch.save(authors_state(randomised(TINY), TINY), tmp_path / "egt.pt")
+    assert main(["import-checkpoint", "--format", "egt", str(tmp_path / "egt.pt"), str(tmp_path / "out")]) == 0
+    capsys.readouterr()
+    assert main(["model-info", str(tmp_path / "out" / "model.yaml")]) == 0
+    assert "egt" in capsys.readouterr().out.lower()
