@@ -43,8 +43,9 @@ class AuxDistanceConfig:
 class TaskConfig:
     loss: Literal["l1", "mse", "bce"] = "l1"  # l1 for MAE tasks (PCQM4Mv2), bce for binary tasks
     metric: Literal["mae", "rmse", "rocauc", "ap"] = "mae"  # what selects the best checkpoint (the evaluator must report it)
-    # OGB evaluator: pcqm4mv2 (one target; reports mae, and rmse from the same predictions) or an
-    # ogbg dataset name whose target count matches the shards' (ogbg-molhiv: rocauc, ogbg-molpcba: ap,
+    # pcqm4mv2 (OGB-LSC's evaluator, one target; reports mae, and rmse from the same predictions),
+    # regression (any number of targets: mae and rmse of each target over its labelled rows, averaged
+    # over targets; e.g. descriptor pretraining, MoleculeACE) or an ogbg dataset name whose target count matches the shards' (ogbg-molhiv: rocauc, ogbg-molpcba: ap,
     # ogbg-molesol / -molfreesolv / -mollipo: rmse)
     evaluator: str = "pcqm4mv2"
     head: dict = field(default_factory=dict)  # head overrides on top of the model YAML's `head` section (num_outputs: the shards' targets)
@@ -224,13 +225,15 @@ def check_task(task: TaskConfig, num_targets: int, manifest: Path | str = "the s
     selects the best checkpoint; the loss must suit the metric."""
     if task.evaluator == "pcqm4mv2":
         reported, tasks = {"mae", "rmse"}, 1
+    elif task.evaluator == "regression":
+        reported, tasks = {"mae", "rmse"}, num_targets
     else:
         from ogb.graphproppred import Evaluator
 
         try:
             evaluator = Evaluator(task.evaluator)
         except (KeyError, ValueError):
-            raise UserError(f"task.evaluator: {task.evaluator!r} is neither pcqm4mv2 nor an OGB graph property dataset (ogbg-molhiv, ogbg-molpcba, …)") from None
+            raise UserError(f"task.evaluator: {task.evaluator!r} is neither pcqm4mv2, regression nor an OGB graph property dataset (ogbg-molhiv, ogbg-molpcba, …)") from None
         reported, tasks = {evaluator.eval_metric}, evaluator.num_tasks
     if num_targets != tasks:
         raise UserError(f"task.evaluator: {task.evaluator!r} scores {tasks} target(s) but {manifest} has {num_targets}; choose an evaluator for {num_targets} target(s)")

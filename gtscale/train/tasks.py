@@ -35,6 +35,20 @@ def predictions(scores: torch.Tensor, task: TaskConfig) -> torch.Tensor:
     return scores * task.target_scale + task.target_shift
 
 
+def multitarget_regression(y_pred: np.ndarray, y_true: np.ndarray) -> dict[str, float]:
+    """MAE and RMSE of each target over its labelled rows (scikit-learn), averaged over the targets
+    that have any label, so that a sparsely labelled target counts as much as a dense one."""
+    from sklearn.metrics import mean_absolute_error, root_mean_squared_error
+
+    maes, rmses = [], []
+    for t in range(y_true.shape[1]):
+        labelled = ~np.isnan(y_true[:, t])
+        if labelled.any():
+            maes.append(mean_absolute_error(y_true[labelled, t], y_pred[labelled, t]))
+            rmses.append(root_mean_squared_error(y_true[labelled, t], y_pred[labelled, t]))
+    return {"mae": float(np.mean(maes)), "rmse": float(np.mean(rmses))} if maes else {}
+
+
 def evaluate(y_pred: np.ndarray, y_true: np.ndarray, task: TaskConfig) -> dict[str, float]:
     """{metric: value} from OGB's evaluator on gathered predictions [n, T] and targets (NaN = unlabelled).
 
@@ -53,6 +67,8 @@ def evaluate(y_pred: np.ndarray, y_true: np.ndarray, task: TaskConfig) -> dict[s
         pred, true = y_pred[labelled, 0], y_true[labelled, 0]
         result = PCQM4Mv2Evaluator().eval({"y_pred": torch.from_numpy(pred), "y_true": torch.from_numpy(true)})
         return {"mae": float(result["mae"]), "rmse": float(root_mean_squared_error(true, pred))}
+    if task.evaluator == "regression":
+        return multitarget_regression(y_pred, y_true)
     from ogb.graphproppred import Evaluator
 
     try:
