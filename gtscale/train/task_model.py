@@ -74,17 +74,38 @@ def check_task_model(cfg: TrainConfig, num_targets: int) -> None:
 def load_backbone(model: GraphTaskModel, path: str) -> int:
     """Start from an exported model's backbone (pretrain → fine-tune); the task head stays new.
 
+    Prints (rank 0) how many tensors were loaded, newly initialised (the task head, EGT's distance
+    head) and dropped (the export's own head). A backbone tensor missing from the file, one the
+    model lacks, or one of another shape is a UserError naming the key (and both shapes).
     The file is read with weights_only=True: tensors only, nothing in it can run code."""
     try:
         state = safe_torch_load(path)
     except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as err:
         raise UserError(f"init_from: {path} is not a weights-only model file (write it with `gtscale export`)") from err
     backbone = {k.removeprefix("backbone."): v for k, v in state.items() if k.startswith("backbone.")}
-    missing, unexpected = model.backbone.load_state_dict(backbone, strict=False)
+    own = model.backbone.state_dict()
+    for key, value in backbone.items():
+        if key in own and tuple(value.shape) != tuple(own[key].shape):
+            raise UserError(f"init_from: {path}: backbone.{key} has shape {tuple(value.shape)} in the file but {tuple(own[key].shape)} in this model (a different model config?)")
+    missing, unexpected = sorted(set(own) - set(backbone)), sorted(set(backbone) - set(own))
     if missing or unexpected:
-        name = (missing or unexpected)[0]
-        raise UserError(f"init_from: {path} does not fit this model ({'missing' if missing else 'unexpected'} weight {name})")
+        kind, keys = ("missing from the file", missing) if missing else ("not in this model", unexpected)
+        more = f" and {len(keys) - 1} more" if len(keys) > 1 else ""
+        raise UserError(f"init_from: {path} does not fit this model: backbone.{keys[0]}{more} {kind}")
+    model.backbone.load_state_dict(backbone, strict=True)
+    new = [k for k in model.state_dict() if not k.startswith("backbone.")]
+    dropped = [k for k in state if not k.startswith("backbone.")]
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()) or torch.distributed.get_rank() == 0:
+        print(f"init_from {path}: loaded {len(backbone)} backbone tensors; newly initialised {len(new)} ({_names(new)}); "
+              f"dropped {len(dropped)} from the file ({_names(dropped)})", flush=True)
     return len(backbone)
+
+
+def _names(keys: list[str], limit: int = 6) -> str:
+    """A short listing of tensor names for a log line."""
+    if not keys:
+        return "none"
+    return ", ".join(keys[:limit]) + (f", … {len(keys) - limit} more" if len(keys) > limit else "")
 
 
 def loader_keys(backbone: nn.Module, model_cfg: dict) -> tuple[list[str], int]:

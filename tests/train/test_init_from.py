@@ -1,0 +1,51 @@
+"""init_from: the export's backbone replaces the new model's, the head stays new, and an export of
+another shape is refused naming the key and both shapes."""
+
+import pytest
+import torch
+
+from gtscale.errors import UserError
+from gtscale.models import build_head, build_model, load_model_config
+from gtscale.train.task_model import GraphTaskModel, load_backbone
+
+SMALL = {"num_layers": 2, "node_width": 32, "edge_width": 8, "num_heads": 4, "num_virtual_nodes": 1, "svd_rank": 0}
+
+
+def task_model(seed: int, outputs: int, **overrides) -> GraphTaskModel:
+    torch.manual_seed(seed)
+    cfg = {**load_model_config("egt-small"), **SMALL, **overrides}
+    backbone = build_model(cfg)
+    return GraphTaskModel(backbone, build_head({**cfg["head"], "num_outputs": outputs, "hidden": [16]}, backbone))
+
+
+def test_head_swap_keeps_every_backbone_tensor_bit_identical(tmp_path, capsys):
+    pretrained = task_model(seed=0, outputs=5)
+    torch.save(pretrained.state_dict(), tmp_path / "model.pt")
+    fresh = task_model(seed=1, outputs=1)  # another head (1 output instead of 5), other random weights
+    head_before = {k: v.clone() for k, v in fresh.head.state_dict().items()}
+
+    assert load_backbone(fresh, str(tmp_path / "model.pt")) == len(pretrained.backbone.state_dict())
+    for key, value in pretrained.backbone.state_dict().items():
+        assert torch.equal(fresh.backbone.state_dict()[key], value), key
+    for key, value in fresh.head.state_dict().items():  # the new head keeps its own initialisation
+        assert torch.equal(value, head_before[key]), key
+    line = capsys.readouterr().out
+    assert f"loaded {len(pretrained.backbone.state_dict())} backbone tensors" in line
+    assert f"newly initialised {len(fresh.head.state_dict())} (head." in line
+    assert f"dropped {len(pretrained.head.state_dict())} from the file" in line
+
+
+def test_shape_mismatch_names_the_key_and_both_shapes(tmp_path):
+    torch.save(task_model(seed=0, outputs=1, node_width=48).state_dict(), tmp_path / "model.pt")
+    with pytest.raises(UserError, match=r"backbone\.\S+ has shape \(\d+(, \d+)*\) in the file but \(\d+(, \d+)*\) in this model") as err:
+        load_backbone(task_model(seed=0, outputs=1), str(tmp_path / "model.pt"))
+    assert "48" in str(err.value) and "32" in str(err.value)
+
+
+def test_missing_backbone_tensor_is_named(tmp_path):
+    state = task_model(seed=0, outputs=1).state_dict()
+    dropped = next(k for k in state if k.startswith("backbone."))
+    del state[dropped]
+    torch.save(state, tmp_path / "model.pt")
+    with pytest.raises(UserError, match=f"{dropped} missing from the file"):
+        load_backbone(task_model(seed=0, outputs=1), str(tmp_path / "model.pt"))
