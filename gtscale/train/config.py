@@ -78,6 +78,15 @@ class ScheduleConfig:
 
 
 @dataclass
+class FinetuneConfig:
+    """How a run started from init_from treats the pretrained backbone (engine_config.param_groups)."""
+
+    backbone_lr_scale: float = 1.0  # backbone LR = optimizer.lr × this (e.g. 0.1); the task head gets optimizer.lr
+    layer_decay: float = 1.0  # layer-wise LR decay: block i of L gets × layer_decay^(L − i), embeddings ^(L + 1); 1 = off
+    freeze_backbone_steps: int = 0  # backbone LR 0 for the first N optimizer steps (the head trains alone)
+
+
+@dataclass
 class DeepSpeedConfig:
     zero_stage: int = 2  # ZeRO stage 0-3
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
@@ -115,6 +124,7 @@ class TrainConfig:
     task: TaskConfig = field(default_factory=TaskConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     deepspeed: DeepSpeedConfig = field(default_factory=DeepSpeedConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -146,6 +156,9 @@ RANGES: dict[str, tuple[Callable[[Any, "TrainConfig"], bool], str]] = {
     "schedule.total_steps": (lambda v, _: v >= 1, ">= 1"),
     "schedule.warmup_steps": (lambda v, c: 0 <= v <= c.schedule.total_steps, "in 0..schedule.total_steps"),
     "schedule.min_lr": (lambda v, c: math.isfinite(v) and 0 <= v <= c.optimizer.lr, "in [0, optimizer.lr]"),
+    "finetune.backbone_lr_scale": (_finite(0.0), ">= 0 (0 = backbone never trained)"),
+    "finetune.layer_decay": (lambda v, _: math.isfinite(v) and 0 < v <= 1, "in (0, 1] (1 = off)"),
+    "finetune.freeze_backbone_steps": (lambda v, c: 0 <= v <= c.schedule.total_steps, "in 0..schedule.total_steps"),
     "deepspeed.zero_stage": (lambda v, _: v in (0, 1, 2, 3), "0, 1, 2 or 3"),
     "deepspeed.gradient_accumulation_steps": (lambda v, _: v >= 1, ">= 1"),
     "deepspeed.gradient_clipping": (_finite(0.0), ">= 0 (0 = off)"),

@@ -49,3 +49,70 @@ def deepspeed_config(cfg: TrainConfig, world_size: int, micro_batch: int) -> dic
     out.update(ds.extra)
     return out
 
+
+
+# --- fine-tuning: parameter groups and one LR factor per group ------------------------------------
+def backbone_depths(backbone: torch.nn.Module) -> dict[str, int]:
+    """Depth of each backbone parameter for layer-wise LR decay: 0 for what comes before the blocks
+    (embeddings, virtual nodes, the graph token), i + 1 for block `layers.i`, L + 1 after them (the
+    final LayerNorm). "Before" and "after" follow registration order, which is the order the
+    models (EGT, Graphormer) build and apply their parts in."""
+    names = [name for name, _ in backbone.named_parameters()]
+    blocks = [int(name.split(".")[1]) for name in names if name.startswith("layers.")]
+    num_layers = max(blocks) + 1 if blocks else 0
+    depths, seen_block = {}, False
+    for name in names:
+        if name.startswith("layers."):
+            depths[name], seen_block = int(name.split(".")[1]) + 1, True
+        else:
+            depths[name] = num_layers + 1 if seen_block else 0
+    return depths
+
+
+def param_groups(model: torch.nn.Module, cfg: TrainConfig) -> list[dict]:
+    """The optimizer's parameter groups, task head first (so that group 0's LR is the one logged):
+    the head (and EGT's distance head) at optimizer.lr, the backbone at
+    optimizer.lr × finetune.backbone_lr_scale × finetune.layer_decay^(L + 1 − depth), one group
+    per depth. Each group carries its own `lr` (torch and DeepSpeed's ZeRO optimizers keep per-group
+    values), `name`, and `backbone` (whether finetune.freeze_backbone_steps holds it still)."""
+    ft = cfg.finetune
+    trainable = {name: p for name, p in model.named_parameters() if p.requires_grad}
+    head = [p for name, p in trainable.items() if not name.startswith("backbone.")]
+    groups = [{"params": head, "lr": cfg.optimizer.lr, "name": "head", "backbone": False}] if head else []
+    depths = backbone_depths(model.backbone)
+    top = max(depths.values(), default=0)
+    for depth in sorted(set(depths.values())):
+        params = [trainable[f"backbone.{n}"] for n, d in depths.items() if d == depth and f"backbone.{n}" in trainable]
+        if params:
+            scale = ft.backbone_lr_scale * ft.layer_decay ** (top - depth)
+            groups.append({"params": params, "lr": cfg.optimizer.lr * scale, "name": f"backbone.depth{depth}", "backbone": True})
+    return groups
+
+
+def group_lr_lambdas(cfg: TrainConfig, groups: list[dict]) -> list:
+    """One LR factor per group, for torch's LambdaLR (which multiplies each group's own `lr`):
+    warmup + cosine for every group, and 0 for backbone groups during the first
+    finetune.freeze_backbone_steps optimizer steps.
+
+    Freezing is a zero LR, not requires_grad=False: ZeRO flattens every group's parameters into
+    partitions when the engine is built, so toggling requires_grad later does not stop their
+    update. With LR 0, AdamW changes no weight (its decoupled weight decay is lr × wd too); the
+    backbone's gradients are still computed, fill Adam's moments and count in gradient clipping's
+    global norm."""
+    floor = cfg.schedule.min_lr / cfg.optimizer.lr if cfg.optimizer.lr > 0 else 0.0
+    warmup, total, frozen = cfg.schedule.warmup_steps, cfg.schedule.total_steps, cfg.finetune.freeze_backbone_steps
+
+    def schedule(step: int) -> float:
+        return warmup_cosine(step, warmup, total, floor)
+
+    def backbone(step: int) -> float:
+        return 0.0 if step < frozen else warmup_cosine(step, warmup, total, floor)
+
+    return [backbone if group["backbone"] else schedule for group in groups]
+
+
+def lr_scheduler(cfg: TrainConfig, groups: list[dict]):
+    """What deepspeed.initialize takes as lr_scheduler: a callable that builds a LambdaLR with one
+    lambda per parameter group on the optimizer DeepSpeed creates from `groups`."""
+    lambdas = group_lr_lambdas(cfg, groups)
+    return lambda optimizer: torch.optim.lr_scheduler.LambdaLR(optimizer, lambdas)
