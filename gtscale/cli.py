@@ -22,11 +22,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("gtscale.train.export", "consolidated fp32 weights + model config of a run's checkpoint"),
     "plot": ("gtscale.train.plot", "loss, metric and learning-rate curves of a run to PNG"),
     "graph": ("gtscale.graphs.cli", "huge graphs: `graph build {dgl,mat,plain,synthetic}` an on-disk CSR store, `graph info`"),
+    "evaluate": ("gtscale.train.evaluate_cli", "score a split (default test) with a run's best-validation checkpoint"),
+    "sweep": ("gtscale.experiments.sweep", "one run per seed, test metrics at the best checkpoint as mean ± std; --compare sweeps in one table"),
     "import-checkpoint": ("gtscale.interop.cli", "an authors' Graphormer (fairseq) or EGT checkpoint → a gtscale export"),
 }
 
 #: `gtscale <command> <name>` handled by another module than <command>'s own → (module, help)
 SUBCOMMANDS: dict[tuple[str, str], tuple[str, str]] = {
+    ("baseline", "ecfp"): ("gtscale.experiments.ecfp", "ECFP (Morgan r=2, 2048 bits) + SVR / RF on a MoleculeACE shard set's split, as a sweep row"),
     ("shard", "graph-ego"): ("gtscale.graphs.shard_cli", "ego-subgraph shards of each split's target nodes of a graph store"),
 }
 

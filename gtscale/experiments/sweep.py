@@ -1,0 +1,164 @@
+"""`gtscale sweep CONFIG --seeds 0 1 2 [key=value …]`: one ordinary run per seed, then a table.
+
+    gtscale sweep configs/tasks/moleculeace-egt-scratch.yaml --seeds 0 1 2 schedule.total_steps=500
+    gtscale sweep --compare runs/scratch runs/finetune runs/ecfp      # side by side, one table
+
+Each seed trains as `gtscale train CONFIG … seed=S run_dir=<run_dir>/seed-S --resume auto` (a
+subprocess: one process, or `--nproc N` through torchrun), one after another, so a sweep that was
+interrupted continues where it stopped. Then `gtscale evaluate` (evaluate_cli) scores each run's
+best-validation checkpoint on the test split; for MoleculeACE shards the activity-cliff RMSE is
+added. <run_dir>/sweep.json holds every run's metrics and their mean ± sample std (ddof 1),
+<run_dir>/sweep.md the same as a Markdown table. `--collect` skips training (after the runs were
+trained elsewhere, e.g. as the SLURM array of slurm/sweep.sbatch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from gtscale.errors import UserError
+from gtscale.io import atomic_write_text
+
+SWEEP_FILE, TABLE_FILE = "sweep.json", "sweep.md"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", nargs="?", help="training YAML (omit with --compare)")
+    parser.add_argument("overrides", nargs="*", help="dotted.key=value replacements for every seed")
+    # strings: `--seeds 0 1 2 key=value` is read as seeds then overrides (split_seeds)
+    parser.add_argument("--seeds", nargs="+", default=["0", "1", "2"], help="seeds to run (default 0 1 2); overrides may follow")
+    parser.add_argument("--nproc", type=int, default=1, help="processes per run (torchrun --standalone); 1 = a single process")
+    parser.add_argument("--split", default="test", help="split scored with the best-validation checkpoint (default test)")
+    parser.add_argument("--label", default=None, help="row name in tables (default: the config's file name)")
+    parser.add_argument("--collect", action="store_true", help="do not train: evaluate and aggregate the seed runs already there")
+    parser.add_argument("--compare", nargs="+", metavar="SWEEP_DIR", help="one table from existing sweep folders (each with sweep.json)")
+    parser.add_argument("--out", default=None, help="--compare: also write the table to this Markdown file")
+
+
+# --- aggregation -----------------------------------------------------------------------------------
+def summarize(runs: list[dict]) -> dict[str, dict]:
+    """{metric: {mean, std, n}} over the runs' metrics; std is the sample std (ddof 1), 0 for one run.
+    A metric missing or NaN in a run is left out of that metric's n."""
+    names = sorted({k for r in runs for k in r["metrics"]})
+    out = {}
+    for name in names:
+        values = np.array([r["metrics"][name] for r in runs if name in r["metrics"] and np.isfinite(r["metrics"][name])], dtype=float)
+        if len(values):
+            out[name] = {"mean": float(values.mean()), "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0, "n": int(len(values))}
+    return out
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """Rows {label, summary} → a Markdown table, one column per metric, cells `mean ± std (n)`."""
+    first = ("rmse", "cliff_rmse", "mae")  # MoleculeACE's two metrics lead
+    metrics = sorted({m for row in rows for m in row["summary"]}, key=lambda m: (first.index(m) if m in first else len(first), m))
+    lines = ["| run | " + " | ".join(metrics) + " |", "|---|" + "---:|" * len(metrics)]
+    for row in rows:
+        cells = []
+        for m in metrics:
+            s = row["summary"].get(m)
+            cells.append("–" if s is None else f"{s['mean']:.4f} ± {s['std']:.4f} (n={s['n']})")
+        lines.append(f"| {row['label']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_sweep(folder: Path, rows: list[dict]) -> None:
+    """sweep.json ({"rows": [{label, runs, summary}]}) and sweep.md, atomically."""
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(folder / SWEEP_FILE, json.dumps({"rows": rows}, indent=1))
+    atomic_write_text(folder / TABLE_FILE, markdown_table(rows))
+
+
+def read_rows(folder: Path) -> list[dict]:
+    path = folder / SWEEP_FILE
+    if not path.is_file():
+        raise UserError(f"{folder}: no {SWEEP_FILE} (run `gtscale sweep` or `gtscale baseline ecfp` there first)")
+    try:
+        return json.loads(path.read_text())["rows"]
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise UserError(f"{path}: not a sweep file ({err})") from None
+
+
+# --- running -------------------------------------------------------------------------------------
+def train_command(config: str, overrides: list[str], seed: int, run_dir: Path, nproc: int) -> list[str]:
+    args = ["train", config, *overrides, f"seed={seed}", f"run_dir={run_dir}", "--resume", "auto"]
+    if nproc == 1:
+        return [sys.executable, "-m", "gtscale.cli", *args]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "-m", "gtscale.cli", *args]
+
+
+def seed_metrics(run_dir: Path, seed: int, split: str) -> dict:
+    """Test metrics of one run at its best-validation checkpoint (+ cliff RMSE on MoleculeACE)."""
+    from gtscale.experiments import moleculeace
+    from gtscale.train.evaluate_cli import evaluate_run, run_config
+
+    result = evaluate_run(run_dir, split, "best")
+    metrics = dict(result["metrics"])
+    shards = run_config(run_dir).data.shards
+    if moleculeace.is_moleculeace(shards):
+        saved = np.load(run_dir / "eval" / f"{split}-{result['tag']}.npz")
+        metrics["cliff_rmse"] = moleculeace.cliff_rmse(moleculeace.source_table(shards), saved["idx"], saved["y_pred"], saved["y_true"])
+    best = json.loads((run_dir / "best.json").read_text()) if (run_dir / "best.json").is_file() else {}
+    return {"seed": seed, "run_dir": str(run_dir), "tag": result["tag"], "best_valid": best.get("value"), "metrics": metrics}
+
+
+def run_sweep(config: str, overrides: list[str], seeds: list[int], nproc: int = 1, split: str = "test", label: str | None = None, collect: bool = False) -> Path:
+    from gtscale.train.config import load_train_config
+
+    if len(set(seeds)) != len(seeds):
+        raise UserError(f"--seeds: {seeds} repeats a seed")
+    base = Path(load_train_config(config, overrides).run_dir)  # checks the config once, before any run
+    runs = []
+    for seed in seeds:
+        run_dir = base / f"seed-{seed}"
+        if not collect:
+            print(f"sweep: seed {seed} → {run_dir}", flush=True)
+            status = subprocess.run(train_command(config, overrides, seed, run_dir, nproc)).returncode
+            if status != 0:
+                raise UserError(f"sweep: seed {seed} ended with exit status {status} (log above; rerun the sweep to continue it)")
+        elif not (run_dir / "config.yaml").is_file():
+            raise UserError(f"--collect: {run_dir} has not been trained")
+        runs.append(seed_metrics(run_dir, seed, split))
+    row = {"label": label or Path(config).stem, "config": config, "overrides": overrides, "split": split, "runs": runs, "summary": summarize(runs)}
+    write_sweep(base, [row])
+    return base
+
+
+def split_seeds(values: list[str], overrides: list[str]) -> tuple[list[int], list[str]]:
+    """argparse hands `--seeds 0 1 key=value` all to --seeds: the key=value items are overrides."""
+    seeds = []
+    for value in values:
+        if "=" in value:
+            overrides = [*overrides, value]
+        elif value.isdigit():
+            seeds.append(int(value))
+        else:
+            raise UserError(f"--seeds: {value!r} is not a seed (a whole number >= 0) nor a key=value override")
+    if not seeds:
+        raise UserError("--seeds: give at least one seed")
+    return seeds, overrides
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.compare:
+        rows = [row for folder in args.compare for row in read_rows(Path(folder))]
+        table = markdown_table(rows)
+        if args.out:
+            atomic_write_text(args.out, table)
+        print(table, end="")
+        return 0
+    if not args.config:
+        raise UserError("give a CONFIG to sweep, or --compare SWEEP_DIR …")
+    seeds, args.overrides = split_seeds(args.seeds, args.overrides)
+    if args.nproc < 1:
+        raise UserError(f"--nproc must be >= 1, got {args.nproc}")
+    base = run_sweep(args.config, args.overrides, seeds, args.nproc, args.split, args.label, args.collect)
+    print((base / TABLE_FILE).read_text(), end="")
+    print(f"wrote {base / SWEEP_FILE} and {base / TABLE_FILE}")
+    return 0

@@ -1,0 +1,101 @@
+"""`gtscale evaluate RUN_DIR [--split test] [--tag best]`: score one split with a run's checkpoint.
+
+The trainer evaluates only data.eval_split while it trains; this is the separate step that scores
+the best-validation checkpoint (or any tag) on another split afterwards, as the seed sweep does for
+the test split. One process: DeepSpeed's ZeRO consolidation (`gtscale export`, into RUN_DIR/export)
+gathers the weights, the run's own config rebuilds the model, and the same tasks.evaluate that the
+trainer uses scores the predictions. Writes RUN_DIR/eval/<split>-<tag>.json (metrics, tag, step)
+and .npz (idx, y_pred, y_true by source idx), both atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+from gtscale.config import from_dict
+from gtscale.errors import UserError
+from gtscale.io import atomic_write_text, safe_torch_load
+from gtscale.train.config import TrainConfig
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", help="a training run directory")
+    parser.add_argument("--split", default="test", help="split of the run's shards to score (default test)")
+    parser.add_argument("--tag", default="best", help="best (default: the best-validation checkpoint), latest, or a checkpoint tag")
+
+
+def run_config(run_dir: Path) -> TrainConfig:
+    """The TrainConfig a run was started with (its config.yaml, without the trainer's additions)."""
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        raise UserError(f"{run_dir}: not a run directory (no config.yaml)")
+    raw = yaml.safe_load(path.read_text())
+    raw = {k: v for k, v in raw.items() if k not in ("model_resolved", "world_size")}
+    return from_dict(TrainConfig, raw)
+
+
+@torch.no_grad()
+def predict_split(model: torch.nn.Module, cfg: TrainConfig, manifest: dict, split: str, keys: list[str], path_dist: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(idx, y_pred, y_true with NaN where unlabelled) of every sample of `split`, sorted by idx."""
+    from gtscale.loader.stream import build_loader
+    from gtscale.train.tasks import predictions
+
+    loader_cfg = cfg.data.loader
+    loader_cfg.keys, loader_cfg.path_edges_max_dist = keys, path_dist
+    loader = build_loader(manifest, split, loader_cfg, train=False, rank=0, world_size=1)
+    device = next(model.parameters()).device
+    idx, pred, true = [], [], []
+    for batch in loader:
+        batch = batch.to(device)
+        idx.append(batch.idx.cpu())
+        pred.append(predictions(model(batch)[0], cfg.task).cpu())
+        true.append(torch.where(batch.y_mask, batch.y.float(), torch.nan).cpu())
+    if not idx:
+        raise UserError(f"{manifest.get('_dir')}: split {split!r} has no samples")
+    all_idx = torch.cat(idx)
+    order = torch.argsort(all_idx)
+    return all_idx[order].numpy(), torch.cat(pred)[order].numpy(), torch.cat(true)[order].numpy()
+
+
+def evaluate_run(run_dir: Path, split: str = "test", tag: str = "best") -> dict:
+    """Metrics of `split` under checkpoint `tag`; also written to RUN_DIR/eval/."""
+    from gtscale.format.manifest import load_manifest
+    from gtscale.train.export import export, resolve_tag
+    from gtscale.train.task_model import build_task_model, loader_keys
+    from gtscale.train.tasks import evaluate
+
+    cfg = run_config(run_dir)
+    manifest = load_manifest(cfg.data.shards)
+    if split not in manifest["splits"]:
+        raise UserError(f"--split: {split!r} is not a split of {cfg.data.shards} (has {', '.join(manifest['splits'])})")
+    tag = resolve_tag(run_dir, tag)
+    out = export(run_dir, tag, run_dir / "export" / tag)
+    model, model_cfg = build_task_model(cfg, int(manifest["task"]["num_targets"]))
+    missing, unexpected = model.load_state_dict(safe_torch_load(out / "model.pt"), strict=False)
+    missing = [k for k in missing if not k.startswith("distance_head.")]  # not exported: training only
+    if missing or unexpected:
+        raise UserError(f"{out / 'model.pt'}: does not fit the run's model ({(missing or unexpected)[0]})")
+    model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
+    keys, path_dist = loader_keys(model.backbone, model_cfg)
+    idx, y_pred, y_true = predict_split(model, cfg, manifest, split, keys, path_dist)
+    metrics = evaluate(y_pred, y_true, cfg.task)
+    result = {"split": split, "tag": tag, "step": int(tag.rsplit("-", 1)[-1]), "samples": int(len(idx)), "metrics": metrics}
+    folder = run_dir / "eval"
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f"{split}-{tag}.tmp.npz"
+    np.savez(tmp, idx=idx, y_pred=y_pred, y_true=y_true)
+    tmp.replace(folder / f"{split}-{tag}.npz")
+    atomic_write_text(folder / f"{split}-{tag}.json", json.dumps(result, indent=1))
+    return result
+
+
+def run(args: argparse.Namespace) -> int:
+    result = evaluate_run(Path(args.run_dir), args.split, args.tag)
+    print(f"{args.run_dir} {result['split']} at {result['tag']}: " + " ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items()))
+    return 0
