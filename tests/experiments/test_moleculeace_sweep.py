@@ -1,0 +1,67 @@
+"""A real seed sweep (2 seeds × 3 steps of a tiny EGT) and the ECFP baselines on the smallest
+MoleculeACE set, compared in one table; the test metrics come from each run's best checkpoint."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from gtscale.cli import main
+from gtscale.format.manifest import load_manifest
+
+SET = "CHEMBL2835_Ki"  # 615 molecules, the smallest bundled set
+
+
+@pytest.fixture(scope="session")
+def ace_shards(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("ace")
+    assert main(["shard", "moleculeace", "--dataset", SET, "--out", str(out), "--no-progress", "--lap-k", "0"]) == 0
+    return out
+
+
+def tiny_config(path: Path, shards: Path, run_dir: Path) -> Path:
+    path.write_text(yaml.safe_dump({
+        "run_dir": str(run_dir),
+        "data": {"shards": str(shards), "loader": {"batching": "graphs", "batch_size": 32, "num_workers": 0}},
+        "model": "egt-small",
+        "model_overrides": {"num_layers": 1, "node_width": 16, "edge_width": 4, "num_heads": 2, "num_virtual_nodes": 1, "svd_rank": 0},
+        "task": {"loss": "mse", "metric": "rmse", "evaluator": "regression", "head": {"hidden": [16]}, "target_shift": -1.7},
+        "optimizer": {"lr": 1e-3}, "schedule": {"total_steps": 3, "warmup_steps": 1},
+        "checkpoint": {"every": 1000}, "eval": {"every": 0}, "logging": {"every": 1, "tensorboard": False, "progress": False},
+    }))
+    return path
+
+
+def test_sweep_scores_each_seed_best_checkpoint_on_test_and_compares_with_ecfp(ace_shards, tmp_path, capsys):
+    config = tiny_config(tmp_path / "c.yaml", ace_shards, tmp_path / "egt")
+    assert main(["sweep", str(config), "--seeds", "0", "1", "schedule.total_steps=2", "--label", "egt"]) == 0
+    row = json.loads((tmp_path / "egt" / "sweep.json").read_text())["rows"][0]
+    test_samples = load_manifest(ace_shards)["splits"]["test"]["samples"]
+    assert [r["seed"] for r in row["runs"]] == [0, 1] and row["overrides"] == ["schedule.total_steps=2"]
+    for run in row["runs"]:
+        assert run["tag"] == "step-00000002"  # best = the only evaluation, at the last of 2 steps
+        saved = json.loads((Path(run["run_dir"]) / "eval" / "test-step-00000002.json").read_text())
+        assert saved["samples"] == test_samples and saved["metrics"]["rmse"] == run["metrics"]["rmse"]
+        assert yaml.safe_load((Path(run["run_dir"]) / "config.yaml").read_text())["seed"] == run["seed"]
+        assert 0 < run["metrics"]["cliff_rmse"] < 100
+    rmses = [r["metrics"]["rmse"] for r in row["runs"]]
+    assert rmses[0] != rmses[1]  # the seeds differ
+    assert row["summary"]["rmse"]["mean"] == pytest.approx(np.mean(rmses)) and row["summary"]["rmse"]["std"] == pytest.approx(np.std(rmses, ddof=1))
+
+    assert main(["baseline", "ecfp", str(ace_shards), "--out", str(tmp_path / "ecfp"), "--seeds", "0", "--trees", "10"]) == 0
+    baseline = json.loads((tmp_path / "ecfp" / "sweep.json").read_text())["rows"]
+    assert [r["label"] for r in baseline] == ["ECFP4 + SVR", "ECFP4 + RF"]
+    assert all(0 < r["summary"][m]["mean"] < 5 for r in baseline for m in ("rmse", "cliff_rmse", "mae"))
+    capsys.readouterr()
+    assert main(["sweep", "--compare", str(tmp_path / "egt"), str(tmp_path / "ecfp")]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0] == "| run | rmse | cliff_rmse | mae |" and [line.split(" |")[0] for line in table[2:]] == ["| egt", "| ECFP4 + SVR", "| ECFP4 + RF"]
+
+
+def test_baseline_refuses_shards_that_are_not_moleculeace(tmp_path, capsys):
+    shards = tmp_path / "tpsa"
+    assert main(["shard", "nci-tpsa", "--out", str(shards), "--shard-size", "5000", "--no-progress", "--lap-k", "0"]) == 0
+    assert main(["baseline", "ecfp", str(shards), "--out", str(tmp_path / "o")]) == 2
+    assert "is not a MoleculeACE set" in capsys.readouterr().err and not (tmp_path / "o").exists()
