@@ -37,6 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split", default="test", help="split scored with the best-validation checkpoint (default test)")
     parser.add_argument("--label", default=None, help="row name in tables (default: the config's file name)")
     parser.add_argument("--collect", action="store_true", help="do not train: evaluate and aggregate the seed runs already there")
+    parser.add_argument("--print-run-dir", action="store_true", help="print the sweep's folder (the config's run_dir; seeds go to seed-S in it) and exit (slurm/sweep.sbatch)")
     parser.add_argument("--compare", nargs="+", metavar="SWEEP_DIR", help="one table from existing sweep folders (each with sweep.json)")
     parser.add_argument("--out", default=None, help="--compare: also write the table to this Markdown file")
 
@@ -156,6 +157,11 @@ def run(args: argparse.Namespace) -> int:
     if not args.config:
         raise UserError("give a CONFIG to sweep, or --compare SWEEP_DIR …")
     seeds, args.overrides = split_seeds(args.seeds, args.overrides)
+    if args.print_run_dir:
+        from gtscale.train.config import load_train_config
+
+        print(load_train_config(args.config, args.overrides).run_dir)
+        return 0
     if args.nproc < 1:
         raise UserError(f"--nproc must be >= 1, got {args.nproc}")
     base = run_sweep(args.config, args.overrides, seeds, args.nproc, args.split, args.label, args.collect)
