@@ -10,6 +10,7 @@ import yaml
 
 from gtscale.cli import main
 from gtscale.format.manifest import load_manifest
+from gtscale.train.evaluate_cli import evaluate_run
 
 SET = "CHEMBL2835_Ki"  # 615 molecules, the smallest bundled set
 
@@ -46,6 +47,10 @@ def test_sweep_scores_each_seed_best_checkpoint_on_test_and_compares_with_ecfp(a
         assert saved["samples"] == test_samples and saved["metrics"]["rmse"] == run["metrics"]["rmse"]
         assert yaml.safe_load((Path(run["run_dir"]) / "config.yaml").read_text())["seed"] == run["seed"]
         assert 0 < run["metrics"]["cliff_rmse"] < 100
+        # the separate evaluation step agrees with the trainer's own scoring of the same checkpoint
+        logged = [json.loads(line) for line in (Path(run["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
+        trainer_valid = next(r for r in logged if r["split"] == "valid" and r["step"] == 2)
+        assert evaluate_run(Path(run["run_dir"]), "valid")["metrics"]["rmse"] == pytest.approx(trainer_valid["rmse"], rel=1e-5)
     rmses = [r["metrics"]["rmse"] for r in row["runs"]]
     assert rmses[0] != rmses[1]  # the seeds differ
     assert row["summary"]["rmse"]["mean"] == pytest.approx(np.mean(rmses)) and row["summary"]["rmse"]["std"] == pytest.approx(np.std(rmses, ddof=1))
@@ -65,3 +70,8 @@ def test_baseline_refuses_shards_that_are_not_moleculeace(tmp_path, capsys):
     assert main(["shard", "nci-tpsa", "--out", str(shards), "--shard-size", "5000", "--no-progress", "--lap-k", "0"]) == 0
     assert main(["baseline", "ecfp", str(shards), "--out", str(tmp_path / "o")]) == 2
     assert "is not a MoleculeACE set" in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
+def test_evaluate_refuses_a_folder_that_is_no_run(tmp_path, capsys):
+    assert main(["evaluate", str(tmp_path), "--split", "test"]) == 2
+    assert "not a run directory (no config.yaml)" in capsys.readouterr().err
