@@ -3,9 +3,10 @@
     gtscale sweep configs/tasks/moleculeace-egt-scratch.yaml --seeds 0 1 2 schedule.total_steps=500
     gtscale sweep --compare runs/scratch runs/finetune runs/ecfp      # side by side, one table
 
-Each seed trains as `gtscale train CONFIG … seed=S run_dir=<run_dir>/seed-S --resume auto` (a
-subprocess: one process, or `--nproc N` through torchrun), one after another, so a sweep that was
-interrupted continues where it stopped. Then `gtscale evaluate` (evaluate_cli) scores each run's
+Each seed trains as `gtscale train CONFIG … seed=S data.loader.seed=S run_dir=<run_dir>/seed-S
+--resume auto` (a subprocess: one process, or `--nproc N` through torchrun; the loader seed only
+when the overrides do not fix it), one after another, so a sweep that was interrupted continues
+where it stopped. Then `gtscale evaluate` (evaluate_cli) scores each run's
 best-validation checkpoint on the test split; for MoleculeACE shards the activity-cliff RMSE is
 added. <run_dir>/sweep.json holds every run's metrics and their mean ± sample std (ddof 1),
 <run_dir>/sweep.md the same as a Markdown table. `--collect` skips training (after the runs were
@@ -88,7 +89,9 @@ def read_rows(folder: Path) -> list[dict]:
 
 # --- running -------------------------------------------------------------------------------------
 def train_command(config: str, overrides: list[str], seed: int, run_dir: Path, nproc: int) -> list[str]:
-    args = ["train", config, *overrides, f"seed={seed}", f"run_dir={run_dir}", "--resume", "auto"]
+    # The seed varies the data order too (data.loader.seed) unless the overrides fix it.
+    loader_seed = [] if any(o.startswith("data.loader.seed=") for o in overrides) else [f"data.loader.seed={seed}"]
+    args = ["train", config, *overrides, f"seed={seed}", *loader_seed, f"run_dir={run_dir}", "--resume", "auto"]
     if nproc == 1:
         return [sys.executable, "-m", "gtscale.cli", *args]
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "-m", "gtscale.cli", *args]

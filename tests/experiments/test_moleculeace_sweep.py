@@ -45,7 +45,8 @@ def test_sweep_scores_each_seed_best_checkpoint_on_test_and_compares_with_ecfp(a
         assert run["tag"] == "step-00000002"  # best = the only evaluation, at the last of 2 steps
         saved = json.loads((Path(run["run_dir"]) / "eval" / "test-step-00000002.json").read_text())
         assert saved["samples"] == test_samples and saved["metrics"]["rmse"] == run["metrics"]["rmse"]
-        assert yaml.safe_load((Path(run["run_dir"]) / "config.yaml").read_text())["seed"] == run["seed"]
+        resolved = yaml.safe_load((Path(run["run_dir"]) / "config.yaml").read_text())
+        assert resolved["seed"] == resolved["data"]["loader"]["seed"] == run["seed"]  # init and data order
         assert 0 < run["metrics"]["cliff_rmse"] < 100
         # the separate evaluation step agrees with the trainer's own scoring of the same checkpoint
         logged = [json.loads(line) for line in (Path(run["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
