@@ -57,7 +57,8 @@ def summarize(runs: list[dict]) -> dict[str, dict]:
 
 
 def markdown_table(rows: list[dict]) -> str:
-    """Rows {label, summary} → a Markdown table, one column per metric, cells `mean ± std (n)`."""
+    """Rows {label, summary} → a Markdown table, one column per metric, cells `mean ± std (n=…)`
+    (`mean (n=1)` for a single run)."""
     first = ("rmse", "cliff_rmse", "mae")  # MoleculeACE's two metrics lead
     metrics = sorted({m for row in rows for m in row["summary"]}, key=lambda m: (first.index(m) if m in first else len(first), m))
     lines = ["| run | " + " | ".join(metrics) + " |", "|---|" + "---:|" * len(metrics)]
@@ -65,7 +66,10 @@ def markdown_table(rows: list[dict]) -> str:
         cells = []
         for m in metrics:
             s = row["summary"].get(m)
-            cells.append("–" if s is None else f"{s['mean']:.4f} ± {s['std']:.4f} (n={s['n']})")
+            if s is None:
+                cells.append("–")
+            else:  # one run has no spread to show
+                cells.append(f"{s['mean']:.4f} (n=1)" if s["n"] == 1 else f"{s['mean']:.4f} ± {s['std']:.4f} (n={s['n']})")
         lines.append(f"| {row['label']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

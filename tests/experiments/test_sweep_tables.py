@@ -28,7 +28,7 @@ def test_markdown_table_has_one_row_per_sweep_rmse_first_and_dashes_for_absent_m
     lines = markdown_table(rows).splitlines()
     assert lines[0] == "| run | rmse | cliff_rmse | mae |"
     assert lines[2] == "| egt | 1.2500 ± 0.3536 (n=2) | – | 0.5000 ± 0.1414 (n=2) |"
-    assert lines[3] == "| ecfp | 0.9000 ± 0.0000 (n=1) | 1.2000 ± 0.0000 (n=1) | – |"
+    assert lines[3] == "| ecfp | 0.9000 (n=1) | 1.2000 (n=1) | – |"
 
 
 def test_compare_puts_sweep_folders_side_by_side(tmp_path, capsys):
