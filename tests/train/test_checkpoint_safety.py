@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from checkpoint_craft import copy_run, model_states, optim_states, plant_code, truncate
+from bad_files import copy_run, model_states, optim_states, plant_code, truncate
 from gtscale.cli import main
 from launcher import logs, run_ranks, write_config
 
