@@ -7,10 +7,12 @@ manifest's folder and every shard carries its sample count, size and sha256.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from gtscale.errors import UserError
 from gtscale.io import atomic_write_text
+
 MANIFEST_FILE = "manifest.json"
 PLAN_FILE = "plan.json"  # written by every part at its start: what the whole run will produce
 PARTS_DIR = "parts"  # one JSON per finished shard
@@ -71,4 +73,29 @@ def merge_parts(out_dir: Path) -> dict:
     manifest = {k: v for k, v in plan.items() if k != "splits"} | {"splits": splits}
     atomic_write_text(out_dir / REJECTS_FILE, "idx\tsplit\treason\n" + "".join(f"{i}\t{s}\t{r}\n" for i, s, r in sorted(reject_rows, key=lambda row: (row[1], row[0]))))
     atomic_write_text(out_dir / MANIFEST_FILE, json.dumps(manifest, indent=1, sort_keys=True))
+    manifest["_removed"] = remove_unlisted(out_dir, manifest)
     return manifest
+
+
+#: Names the sharder gives its own files: <split>/<split>-NNNNNN.tar (.tmp while written), parts/<split>-NNNNNN.json.
+_SHARD_NAME = re.compile(r"(?P<split>[^/]+)/(?P=split)-\d{6}\.tar(\.tmp)?")
+_PART_NAME = re.compile(r".+-\d{6}\.json")
+
+
+def remove_unlisted(out_dir: Path, manifest: dict) -> list[str]:
+    """Delete the shards and part files of an earlier plan that this manifest does not list.
+
+    A rerun with another plan (a smaller --shard-size, fewer molecules) would otherwise leave old
+    shards beside the new ones, where a glob or a user would take them for data. Removing them
+    rather than refusing the rerun: only files with the names the sharder itself gives are touched,
+    and only after the new manifest, which no longer lists them, is in place. Returns their paths."""
+    listed = {s["path"] for info in manifest["splits"].values() for s in info["shards"]}
+    parts = {f"{Path(p).stem}.json" for p in listed}
+    stale = [p for p in out_dir.glob("*/*.tar*") if _SHARD_NAME.fullmatch(p.relative_to(out_dir).as_posix()) and p.relative_to(out_dir).as_posix() not in listed]
+    stale += [p for p in (out_dir / PARTS_DIR).glob("*.json") if _PART_NAME.fullmatch(p.name) and p.name not in parts]
+    for path in stale:
+        path.unlink(missing_ok=True)
+    for folder in {p.parent for p in stale}:
+        if folder.name != PARTS_DIR and not any(folder.iterdir()):
+            folder.rmdir()  # the folder of a split the new plan does not have
+    return sorted(str(p) for p in stale)

@@ -66,7 +66,9 @@ def run(args: argparse.Namespace) -> int:
     written = sum(p["samples"] for p in parts)
     rejected = sum(sum(p["rejected"].values()) for p in parts)
     if args.num_parts == 1:
-        merge_parts(out_dir)
+        manifest = merge_parts(out_dir)
+        if manifest["_removed"]:
+            print(f"removed {len(manifest['_removed'])} shard and part files of an earlier plan that the new manifest does not list")
         print(f"wrote {written} records in {len(parts)} shards to {out_dir} ({rejected} rejected; see rejects.tsv)")
     else:
         print(f"part {args.part}/{args.num_parts}: {written} records in {len(parts)} shards ({rejected} rejected); "

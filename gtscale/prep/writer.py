@@ -13,16 +13,24 @@ redoes the rest. The manifest is assembled from the part files once all of them 
 from __future__ import annotations
 
 import hashlib
+import inspect
+import io
 import json
 import multiprocessing as mp
+import os
+import tempfile
+import tokenize
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+import rdkit
 from tqdm import tqdm
 
 from gtscale import __version__
+from gtscale.errors import UserError
 from gtscale.format import schema
+from gtscale.prep import featurize, structure
 from gtscale.prep.featurize import FeaturizeError, featurize_smiles
 from gtscale.prep.sources.base import MoleculeTable
 from gtscale.prep.structure import StructureOptions, structure_many
@@ -69,11 +77,37 @@ def plan_tasks(table: MoleculeTable, shard_size: int) -> list[ShardTask]:
     return tasks
 
 
+#: The modules whose code decides the values in a record (SCHEMA_VERSION covers the layout).
+RECORD_CODE = (featurize, structure)
+
+
+def code_version() -> str:
+    """sha256 of the record-making code and the RDKit that parses the SMILES.
+
+    A hash rather than a constant bumped by hand: a featurizer or structure fix that forgets the
+    bump would keep the old shards as complete, silently. The hash is of the token stream without
+    comments or blank lines, so editing a comment does not redo a dataset's shards; tokens, unlike
+    ast.dump, read the same on every Python version, so parts on different machines agree."""
+    digest = hashlib.sha256(f"rdkit {rdkit.__version__}".encode())
+    for module in RECORD_CODE:
+        source = inspect.getsource(module)
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type not in (tokenize.COMMENT, tokenize.NL):
+                digest.update(f"{token.type}:{token.string}\n".encode())
+    return digest.hexdigest()
+
+
 def fingerprint(table: MoleculeTable, options: ShardOptions, source_checksums: dict[str, str]) -> str:
     """Identifies what a run produces: a shard made under another fingerprint is redone, not kept."""
     blob = json.dumps(
         # Sources by content: parts started with different spellings of --root still agree.
-        {"schema": schema.SCHEMA_VERSION, "dataset": table.name, "options": asdict(options), "sources": sorted(source_checksums.values())},
+        {
+            "schema": schema.SCHEMA_VERSION,
+            "code": code_version(),
+            "dataset": table.name,
+            "options": asdict(options),
+            "sources": sorted(source_checksums.values()),
+        },
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()
@@ -170,6 +204,25 @@ def write_plan(table: MoleculeTable, tasks: list[ShardTask], out_dir: Path, opti
     return plan
 
 
+def check_out_dir(out_dir: Path, subdirs: list[str]) -> None:
+    """Refuse, before anything is written, an --out that is a file or a folder we cannot write in.
+
+    Each folder the run writes into (out, parts/, one per split) is probed where it exists, or its
+    nearest existing parent where it does not: a failure names the folder, and no shard is left
+    behind without its part file."""
+    for folder in [out_dir, *(out_dir / sub for sub in subdirs)]:
+        existing = folder
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir():
+            raise UserError(f"{existing}: --out {out_dir} needs a folder here, but this is a file")
+        try:
+            with tempfile.TemporaryFile(dir=existing):
+                pass
+        except OSError as err:
+            raise UserError(f"{existing}: cannot write in this folder ({err.strerror}); choose another --out") from err
+
+
 def shard_table(
     table: MoleculeTable,
     out_dir: Path,
@@ -183,6 +236,7 @@ def shard_table(
     checksums = {str(p): sha256_file(p) for p in table.source_files}
     run_fingerprint = fingerprint(table, options, checksums)
     tasks = plan_tasks(table, options.shard_size)
+    check_out_dir(out_dir, [PARTS_DIR, *table.splits])
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / PARTS_DIR).mkdir(exist_ok=True)
     write_plan(table, tasks, out_dir, options, run_fingerprint, checksums)
