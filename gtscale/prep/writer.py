@@ -20,7 +20,7 @@ import multiprocessing as mp
 import os
 import tempfile
 import tokenize
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -31,10 +31,10 @@ from gtscale import __version__
 from gtscale.errors import UserError
 from gtscale.format import schema
 from gtscale.prep import featurize, structure
-from gtscale.prep.featurize import FeaturizeError, featurize_smiles
+from gtscale.prep.featurize import FeaturizeError, featurize_smiles_keyed, molecule_key, parse_smiles
 from gtscale.prep.sources.base import MoleculeTable
 from gtscale.prep.structure import StructureOptions, structure_many
-from gtscale.format.manifest import PARTS_DIR, PLAN_FILE
+from gtscale.format.manifest import PARTS_DIR, PLAN_FILE, dedup_order
 from gtscale.io import atomic_write_text, sha256_file
 from gtscale.format.tario import ShardWriter, sample_key
 
@@ -44,6 +44,7 @@ class ShardOptions:
     structure: StructureOptions = StructureOptions()
     shard_size: int = 10_000  # records planned per shard (rejected ones leave it a little smaller)
     max_nodes: int | None = None  # molecules with more atoms are rejected as too_many_nodes
+    drop_duplicates: bool = False  # keep only the first copy of a molecule (manifest.dedup_order)
 
 
 @dataclass
@@ -115,11 +116,11 @@ def fingerprint(table: MoleculeTable, options: ShardOptions, source_checksums: d
 
 def build_shard(task: ShardTask, out_dir: Path, options: ShardOptions, run_fingerprint: str) -> dict:
     """Featurize, compute structure and write one shard; return (and save) its part record."""
-    graphs, kept, rejects = [], [], []
+    graphs, kept, keys, rejects = [], [], [], []
     names = task.names if task.names is not None else [None] * len(task.smiles)
     for smiles, idx, y, name in zip(task.smiles, task.idx, task.targets, names):
         try:
-            graph = featurize_smiles(smiles)
+            graph, key = featurize_smiles_keyed(smiles)
         except FeaturizeError as err:
             rejects.append((int(idx), err.reason))
             continue
@@ -136,6 +137,7 @@ def build_shard(task: ShardTask, out_dir: Path, options: ShardOptions, run_finge
             graph[schema.META]["name"] = name
         graphs.append(graph)
         kept.append(int(idx))
+        keys.append(key)
     structures = structure_many([(g[schema.EDGE_INDEX], len(g[schema.X])) for g in graphs], options.structure)
     with ShardWriter(out_dir / task.relpath) as writer:
         for idx, graph, extra in zip(kept, graphs, structures):
@@ -154,6 +156,7 @@ def build_shard(task: ShardTask, out_dir: Path, options: ShardOptions, run_finge
         "max_nodes": max((len(g[schema.X]) for g in graphs), default=0),
         "rejected": dict(sorted(reasons.items())),
         "rejects": rejects,
+        "keys": [[idx, key] for idx, key in zip(kept, keys)],  # molecule keys, for counting duplicates at merge
     }
     atomic_write_text(out_dir / PARTS_DIR / f"{task.name}.json", json.dumps(part, sort_keys=True))
     return part
@@ -188,17 +191,60 @@ def _run_task(payload: tuple[ShardTask, Path, ShardOptions, str]) -> tuple[int, 
     return len(task.smiles), build_shard(*payload)
 
 
-def write_plan(table: MoleculeTable, tasks: list[ShardTask], out_dir: Path, options: ShardOptions, run_fingerprint: str, checksums: dict[str, str]) -> dict:
+def _key_or_none(smiles: str) -> str | None:
+    try:
+        return molecule_key(parse_smiles(smiles))
+    except Exception:  # unparsable: the shard task rejects it with its reason
+        return None
+
+
+def drop_duplicate_rows(table: MoleculeTable, workers: int) -> tuple[MoleculeTable, dict[str, list[list[int]]]]:
+    """(table without repeated molecules, split → [[idx, idx of the copy kept], …] of the rows dropped).
+
+    The first copy in dedup_order is kept (train before the other splits), so an evaluation split
+    loses the molecules that training sees. Needs every molecule's key before any shard is planned:
+    one extra parse per molecule (in `workers` processes), paid only with --drop-duplicates."""
+    if workers > 1:
+        with mp.get_context("fork").Pool(workers, initializer=_init_worker) as pool:
+            keys = pool.map(_key_or_none, table.smiles, chunksize=2000)
+    else:
+        keys = [_key_or_none(s) for s in table.smiles]
+    first: dict[str, int] = {}
+    splits, dropped = {}, {}
+    for split in dedup_order(list(table.splits)):
+        keep, gone = [], []
+        for row in table.splits[split]:
+            key = keys[row]
+            if key is not None and key in first:
+                gone.append([int(table.idx[row]), int(table.idx[first[key]])])
+            else:
+                if key is not None:
+                    first[key] = row
+                keep.append(row)
+        splits[split], dropped[split] = np.asarray(keep, dtype=np.int64), gone
+    return replace(table, splits={s: splits[s] for s in table.splits}), dropped
+
+
+def write_plan(
+    table: MoleculeTable,
+    tasks: list[ShardTask],
+    out_dir: Path,
+    options: ShardOptions,
+    run_fingerprint: str,
+    checksums: dict[str, str],
+    dropped: dict[str, list[list[int]]],
+) -> dict:
     plan = {
         "fingerprint": run_fingerprint,
         "created_by": f"gtscale {__version__}",
         "schema_version": schema.SCHEMA_VERSION,
         "dataset": table.name,
         "sources": [{"path": str(p), "sha256": checksums[str(p)], "bytes": p.stat().st_size} for p in table.source_files],
-        "transform": {**asdict(options.structure), "max_nodes": options.max_nodes, "shard_size": options.shard_size},
+        "transform": {**asdict(options.structure), "max_nodes": options.max_nodes, "shard_size": options.shard_size, "drop_duplicates": options.drop_duplicates},
         "task": {"type": table.task_type, "num_targets": len(table.target_names), "target_names": table.target_names},
         "features": {"node": list(schema.ATOM_FEATURE_DIMS), "edge": list(schema.BOND_FEATURE_DIMS)},
         "splits": {split: {"rows": int(len(rows)), "shards": [t.name for t in tasks if t.split == split]} for split, rows in table.splits.items()},
+        "dropped_duplicates": dropped,
     }
     atomic_write_text(out_dir / PLAN_FILE, json.dumps(plan, indent=1, sort_keys=True))
     return plan
@@ -235,11 +281,12 @@ def shard_table(
     """Write this part's shards (skipping verified ones); return the part records of this part."""
     checksums = {str(p): sha256_file(p) for p in table.source_files}
     run_fingerprint = fingerprint(table, options, checksums)
-    tasks = plan_tasks(table, options.shard_size)
     check_out_dir(out_dir, [PARTS_DIR, *table.splits])
+    kept, dropped = drop_duplicate_rows(table, workers) if options.drop_duplicates else (table, {})
+    tasks = plan_tasks(kept, options.shard_size)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / PARTS_DIR).mkdir(exist_ok=True)
-    write_plan(table, tasks, out_dir, options, run_fingerprint, checksums)
+    write_plan(table, tasks, out_dir, options, run_fingerprint, checksums, dropped)
     mine = [t for t in tasks if t.ordinal % num_parts == part]
     pending = [t for t in mine if not is_complete(t, out_dir, run_fingerprint)]
     done = [json.loads((out_dir / PARTS_DIR / f"{t.name}.json").read_text()) for t in mine if t not in pending]

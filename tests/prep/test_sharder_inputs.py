@@ -144,3 +144,29 @@ def test_produced_by_names_flags_the_sharder_has():
         named = {word.strip("`(),") for word in text.split() if word.startswith(("--", "`--"))}
         assert named <= flags, (key, named - flags)
     assert "without --no-spd" in schema.PRODUCED_BY[schema.SPD]
+
+
+DUPLICATES = "smiles,id,split,y\nCCO,a,train,1\nc1ccccc1,b,train,2\nOCC,c,test,3\nC(C)O,d,test,4\nCCN,e,valid,5\nNCC,f,train,6\n"
+
+
+def test_duplicates_are_counted_and_warned(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert shard(*csv_args(write_csv(tmp_path, DUPLICATES), out)) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    # CCO = OCC = C(C)O: two repeats, both in test; CCN (valid) repeats NCC (train, met first).
+    assert manifest["duplicates"] == {"molecules": 3, "across_splits": 3, "dropped": 0}
+    assert "warning: 3 records repeat an earlier molecule" in capsys.readouterr().err
+
+
+def test_drop_duplicates_keeps_the_training_copy(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert shard(*csv_args(write_csv(tmp_path, DUPLICATES), out, "--drop-duplicates")) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["duplicates"] == {"molecules": 0, "across_splits": 0, "dropped": 3}
+    assert {s: i["samples"] for s, i in manifest["splits"].items()} == {"train": 3, "test": 0, "valid": 0}
+    assert manifest["splits"]["test"]["rejected"] == {"duplicate": 2}
+    for info in manifest["splits"].values():
+        assert info["samples"] + sum(info["rejected"].values()) == info["rows"]
+    rejects = (out / "rejects.tsv").read_text().splitlines()[1:]
+    assert sorted(rejects) == ["2\ttest\tduplicate_of:0", "3\ttest\tduplicate_of:0", "4\tvalid\tduplicate_of:5"]
+    assert "warning" not in capsys.readouterr().err
