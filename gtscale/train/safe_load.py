@@ -12,7 +12,8 @@ a run directory, which people share and pull from clusters, could then run anyth
 2. `weights_only_loads()` wraps DeepSpeed's own loading: torch's documented
    TORCH_FORCE_WEIGHTS_ONLY_LOAD switch turns every `torch.load` in the process into a weights-only
    load even where DeepSpeed passes `weights_only=False`, with the same classes allowed. So a file
-   swapped between the check and the load is still refused, not run.
+   swapped between the check and the load is still refused, not run. (torch documents that override
+   of an explicit `weights_only=False` from 2.6 on; on older torch, layer 1 alone stands.)
 """
 
 from __future__ import annotations
