@@ -103,8 +103,9 @@ class Trainer:
             return
         if resume == "auto" and not tags:
             return  # a first start under a requeue-ready launcher: nothing to resume yet
-        tag = tags[-1] if resume == "auto" else resume
-        state = checkpoint.load(self.engine, self.ckpt_dir, tag)
+        if resume != "auto" and resume not in tags:
+            raise UserError(f"{self.ckpt_dir}: no complete checkpoint {resume!r} (have {', '.join(tags) or 'none'})")
+        tag, state = checkpoint.restore(self.engine, self.ckpt_dir, tags if resume == "auto" else [resume], fallback=resume == "auto")
         if len(state["loader"]) != self.world_size:
             raise RuntimeError(f"{self.ckpt_dir / tag}: saved by {len(state['loader'])} ranks, resuming with {self.world_size}")
         self.step, self.best = state["step"], state["best"]

@@ -68,7 +68,7 @@ def test_decode_record_reads_only_what_is_asked(nci_by_idx):
 def test_a_missing_key_names_the_option_that_produces_it(nci_by_idx):
     record = dict(next(iter(nci_by_idx.values())))
     del record[schema.SVD_PE]
-    with pytest.raises(MissingKeyError, match=r"s.tar: sample k: record has no 'svd_pe', .* produced by --svd-rank R \(R > 0\)"):
+    with pytest.raises(MissingKeyError, match=r"s.tar: sample k: record has no 'svd_pe', .* produced by `gtscale shard --svd-rank R` with R > 0"):
         decode_record("k", _members(record), "s.tar", [schema.SVD_PE])
     del record[schema.EDGE_ATTR]
     with pytest.raises(ShardError, match="sample k: no edge_attr.npy, which every record has"):
