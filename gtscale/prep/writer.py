@@ -17,7 +17,6 @@ import inspect
 import io
 import json
 import multiprocessing as mp
-import os
 import tempfile
 import tokenize
 from dataclasses import asdict, dataclass, replace

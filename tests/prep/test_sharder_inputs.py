@@ -4,7 +4,6 @@ import json
 import os
 from pathlib import Path
 
-import pytest
 
 from gtscale.cli import main
 from gtscale.format import schema
