@@ -25,7 +25,7 @@ from gtscale import __version__
 from gtscale.format import schema
 from gtscale.format.manifest import PARTS_DIR, PLAN_FILE, merge_parts
 from gtscale.format.tario import ShardWriter, sample_key
-from gtscale.graphs.sample import EgoSampler, ego_structures
+from gtscale.graphs.sample import EgoSampler, EgoSubgraph, ego_structures
 from gtscale.graphs.store import MANIFEST, GraphStore
 from gtscale.io import atomic_write_text, sha256_file
 from gtscale.prep.structure import StructureOptions
@@ -66,7 +66,11 @@ def plan_tasks(splits: dict[str, np.ndarray], shard_size: int) -> list[EgoTask]:
 
 
 def ego_records(store: GraphStore, sampler: EgoSampler, targets: np.ndarray, options: EgoShardOptions) -> list[dict]:
-    subgraphs = sampler.sample(targets)
+    return subgraph_records(store, sampler.sample(targets), options)
+
+
+def subgraph_records(store: GraphStore, subgraphs: list[EgoSubgraph], options: EgoShardOptions) -> list[dict]:
+    """The records of sampled ego subgraphs (also what the online loader collates)."""
     structures = ego_structures(subgraphs, options.structure)
     records = []
     for sub, extra in zip(subgraphs, structures):

@@ -234,6 +234,11 @@ def estimate_graphs_per_batch(shards: list[ShardEntry], config: LoaderConfig) ->
             break
     if not sizes:
         raise UserError(f"{shards[0].name}: no readable sample to size batches from")
+    return mean_graphs_per_batch(sizes, config)
+
+
+def mean_graphs_per_batch(sizes: list[int], config: LoaderConfig) -> float:
+    """Mean graphs per batch of `config`'s batcher over reshuffled passes of these node counts."""
     rng = random.Random(config.seed)
     batcher, graphs, batches = config.batcher(), 0, 0
     for _ in range(max(1, _ESTIMATE_GRAPHS // len(sizes))):  # several passes, so buckets fill many times
