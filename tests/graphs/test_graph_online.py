@@ -111,3 +111,16 @@ def test_bad_targets_and_missing_structure_are_refused(ego_shards, splits):
     no_svd = EgoShardOptions(StructureOptions(svd_rank=0, lap_k=0), fanouts=(5, 3), max_nodes=16)
     with pytest.raises(UserError, match="no 'svd_pe'"):
         build_online_loader(store, splits["val"], no_svd, _config(), train=False, rank=0, world_size=1)
+
+
+def test_a_pickled_stream_opens_its_own_store(ego_shards, splits):
+    """Spawned workers receive the stream pickled: without the parent's memory maps or sampler."""
+    import pickle
+
+    loader = build_online_loader(ego_shards[0], splits["val"], OPTIONS, _config(num_workers=0), train=False, rank=0, world_size=1)
+    stream = loader._stream
+    first = next(stream._records(0, []))
+    copy = pickle.loads(pickle.dumps(stream))
+    assert copy._sampler is None and stream._sampler is not None
+    again = next(copy._records(0, []))
+    assert again.idx == first.idx and np.array_equal(again.arrays[schema.NODE_ID], first.arrays[schema.NODE_ID])
