@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("gtscale.train.export", "consolidated fp32 weights + model config of a run's checkpoint"),
     "plot": ("gtscale.train.plot", "loss, metric and learning-rate curves of a run to PNG"),
     "graph": ("gtscale.graphs.cli", "huge graphs: `graph build {dgl,mat,plain,synthetic}` an on-disk CSR store, `graph info`"),
+    "import-checkpoint": ("gtscale.interop.cli", "an authors' Graphormer (fairseq) or EGT checkpoint → a gtscale export"),
 }
 
 #: `gtscale <command> <name>` handled by another module than <command>'s own → (module, help)

@@ -8,6 +8,7 @@ rejects unknown keys and wrong types, naming the dotted key, before any work sta
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from pathlib import Path
@@ -25,12 +26,29 @@ T = TypeVar("T")
 CONFIG_ROOT = Path(__file__).resolve().parent / "configs"
 
 
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading `1e-5` as a float as YAML 1.2 does (YAML 1.1, which PyYAML
+    follows, wants `1.0e-5` and would read `lr: 1e-5` as the string "1e-5")."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def parse_yaml(text: str):
+    """YAML text → Python values (safe: plain data only), with YAML 1.2's exponent floats."""
+    return yaml.load(text, Loader=_Loader)
+
+
 def load_yaml(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: config file not found")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = parse_yaml(path.read_text())
     except yaml.YAMLError as err:
         raise UserError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from err
     if data is None:
@@ -136,7 +154,7 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
         if "=" not in item:
             raise UserError(f"{item}: override must look like dotted.key=value")
         dotted, raw = item.split("=", 1)
-        value = yaml.safe_load(raw) if raw != "" else ""
+        value = parse_yaml(raw) if raw != "" else ""
         node = data
         parts = dotted.split(".")
         for part in parts[:-1]:

@@ -58,3 +58,19 @@ def test_plot_names_a_bad_line(tmp_path, capsys):
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "split": "train", "loss": 1}\nnot json\n')
     assert main(["plot", str(tmp_path)]) == 2
     assert "metrics.jsonl:2" in capsys.readouterr().err
+
+
+def test_plot_leaves_memory_bytes_off_the_metric_axis(tmp_path):
+    """The trainer logs optimizer-state sizes (bytes) as split "memory"; on the evaluation axis they
+    flattened the MAE curve to a line at zero."""
+    from gtscale.train.plot import draw, read_metrics
+
+    rows = [{"step": s, "split": "train", "loss": 1.0 / s, "lr": 0.001} for s in range(1, 11)]
+    rows += [{"step": 1, "split": "memory", "optimizer_state_bytes_rank0": 3_000_000, "optimizer_state_bytes_rank1": 3_000_000}]
+    rows += [{"step": s, "split": "valid", "mae": 10.0 / s, "mean_predictor_mae": 12.0, "samples": 100} for s in (5, 10)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    evaluation = draw(read_metrics(tmp_path / "metrics.jsonl")).axes[1]
+    assert sorted(line.get_label() for line in evaluation.get_lines()) == ["valid mae", "valid mean_predictor_mae"]
+    assert evaluation.get_ylim()[1] < 20  # the MAE scale, not millions of bytes
+    assert main(["plot", str(tmp_path)]) == 0 and (tmp_path / "curves.png").is_file()
+    assert [p.name for p in tmp_path.iterdir() if p.suffix == ".tmp"] == []

@@ -19,6 +19,7 @@ ALLOWED = {
     "models": {"format", "loader"},
     "train": {"format", "loader", "models"},
     "graphs": {"format", "prep", "loader"},
+    "interop": {"format", "loader", "models"},
 }
 #: Leaf modules of the package root that every package may use.
 SHARED = {"errors", "io", "config"}

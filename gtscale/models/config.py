@@ -79,8 +79,12 @@ class EGTConfig:
 
 @dataclass
 class GraphormerConfig:
-    """Graphormer (Ying et al., NeurIPS'21), with the layer order of the paper (Pre-LN, eq. 8-9).
+    """Graphormer (Ying et al., NeurIPS'21), by default with the layer order of the paper (Pre-LN,
+    eq. 8-9) and a final LayerNorm, as the paper-era v1.0 code.
 
+    The current microsoft/Graphormer code, which produced the released PCQM4Mv2 checkpoints, is
+    Post-LN with a LayerNorm on the input embeddings and no final LayerNorm: post_ln: true,
+    embedding_ln: true, final_ln: false (configs/models/graphormer-base-pcqm4mv2.yaml).
     The vocabulary defaults are PCQM4Mv2's as in microsoft/Graphormer (num_in_degree 512,
     num_spatial 512, num_edge_dis 128, multi_hop_max_dist 5)."""
 
@@ -96,6 +100,9 @@ class GraphormerConfig:
     num_spatial: int = 512  # rows of the spatial (hop) bias table; last row = unreachable
     num_edge_dis: int = 128  # per-hop weight matrices available to the edge encoding
     multi_hop_max_dist: int = 5  # edges of each shortest path used by the edge encoding
+    post_ln: bool = False  # LayerNorm after each residual sum (fairseq Graphormer) instead of before each block
+    embedding_ln: bool = False  # LayerNorm on the input tokens before the first layer (encoder_normalize_before)
+    final_ln: bool = True  # LayerNorm on the last layer's output (the paper's Pre-LN code; absent in fairseq's)
     node_vocab: list[int] = field(default_factory=_atom_vocab)  # vocabulary per node feature column
     edge_vocab: list[int] = field(default_factory=_bond_vocab)  # vocabulary per edge feature column (sampled subgraphs: [1], "an edge")
     node_float_dim: int = 0  # F > 0: F continuous node features (node_feat_float) by a linear map instead of node_vocab's tables
@@ -119,6 +126,9 @@ class HeadConfig:
     """A task head on one of the model's outputs (see heads.py)."""
 
     kind: Literal["graph", "node", "edge", "distance"] = "graph"  # which output it reads
+    # "mlp": the widths of `hidden`; "graphormer": fairseq Graphormer's output head,
+    # LayerNorm(act(Linear d→d)) → Linear d→T without bias + one learned scalar bias
+    form: Literal["mlp", "graphormer"] = "mlp"
     num_outputs: int = 1  # T targets or C classes (ignored by "distance": max_hops + 1 classes)
     hidden: list[int] = field(default_factory=list)  # widths of the hidden MLP layers
     activation: Literal["elu", "relu", "gelu"] = "elu"  # between MLP layers
@@ -128,3 +138,5 @@ class HeadConfig:
     def __post_init__(self):
         if self.num_outputs < 1 or self.max_hops < 1 or any(w < 1 for w in self.hidden):
             raise ValueError("num_outputs, max_hops and hidden widths must be positive")
+        if self.form == "graphormer" and (self.hidden or self.kind == "distance"):
+            raise ValueError("form: graphormer is a fixed d→d transform then d→T; it takes no hidden widths and no distance kind")

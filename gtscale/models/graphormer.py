@@ -7,6 +7,14 @@
     h' = h + MHA(LN(h)),  h = h' + FFN(LN(h'))                       Pre-LN layers (eq. 8-9)
 
 The graph output is the [VNode] token, whose distance to every node is its own learned bias t.
+
+Two layouts, by config switches. The default is the paper's and the v1.0 code's: Pre-LN layers
+and a LayerNorm on the output. The current microsoft/Graphormer (fairseq) code, which trained the
+released PCQM4Mv2 checkpoints, differs: `embedding_ln` (LayerNorm on h⁰ before the first layer),
+`post_ln` (h' = LN(h + MHA(h)), h = LN(h' + FFN(h'))) and no final LayerNorm (`final_ln: false`).
+Departures from the authors' code: padding keys get MASK_VALUE instead of -inf, and the collator's
+optional -inf on pairs beyond `spatial_pos_max` hops is not reproduced (PCQM4Mv2 molecules stay
+far below its default).
 Tables and vocabularies follow microsoft/Graphormer (graphormer_layers.py), so that
 graphormer-base with PCQM4Mv2's vocabularies has its published 47.1M parameters.
 
@@ -41,11 +49,13 @@ _BIAS_ALIGN = 16
 
 
 class GraphormerLayer(nn.Module):
-    """Pre-LN MHA with an additive bias, then a Pre-LN GELU FFN, on packed tokens x [T, d]."""
+    """MHA with an additive bias, then a GELU FFN, on packed tokens x [T, d]; Pre-LN, or
+    Post-LN with `post_ln` (self.ln and self.ffn.ln then normalise after each residual sum)."""
 
     def __init__(self, cfg: GraphormerConfig):
         super().__init__()
         self.num_heads = cfg.num_heads
+        self.post_ln = cfg.post_ln
         self.attention_dropout = cfg.attention_dropout
         self.ln = nn.LayerNorm(cfg.hidden_dim)
         self.qkv = nn.Linear(cfg.hidden_dim, 3 * cfg.hidden_dim)
@@ -54,15 +64,22 @@ class GraphormerLayer(nn.Module):
         self.ffn = FeedForward(cfg.hidden_dim, cfg.ffn_dim, "gelu", cfg.dropout, cfg.activation_dropout)
 
     def forward(self, x: torch.Tensor, packing: Packing, bias: torch.Tensor) -> torch.Tensor:
+        if self.post_ln:
+            x = self.ln(x + self.attend(x, packing, bias))
+            return self.ffn.ln(x + self.ffn.branch(x))
+        x = x + self.attend(self.ln(x), packing, bias)
+        return x + self.ffn(x)
+
+    def attend(self, x: torch.Tensor, packing: Packing, bias: torch.Tensor) -> torch.Tensor:
+        """The attention branch (output projection and dropout included) of packed tokens x."""
         b, m, heads = packing.num_graphs, packing.size, self.num_heads
-        qkv = packing.unpack_tokens(self.qkv(self.ln(x)))
+        qkv = packing.unpack_tokens(self.qkv(x))
         q, k, v = qkv.view(b, m, 3, heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=bias, dropout_p=self.attention_dropout if self.training else 0.0
         )
         out = packing.pack_tokens(out.transpose(1, 2).reshape(b, m, -1))
-        x = x + dropout(self.out(out), self.dropout, self.training)
-        return x + self.ffn(x)
+        return dropout(self.out(out), self.dropout, self.training)
 
 
 class PathEncoding(nn.Module):
@@ -109,8 +126,9 @@ class Graphormer(nn.Module):
         self.spatial = nn.Embedding(cfg.num_spatial, heads, padding_idx=0)
         self.path_encoding = PathEncoding(cfg)
         self.virtual_distance = nn.Parameter(torch.empty(1, heads))  # t: [VNode] ↔ every node
+        self.embedding_ln = nn.LayerNorm(d) if cfg.embedding_ln else None
         self.layers = nn.ModuleList(GraphormerLayer(cfg) for _ in range(cfg.num_layers))
-        self.final_ln = nn.LayerNorm(d)
+        self.final_ln = nn.LayerNorm(d) if cfg.final_ln else None
         self.reset_parameters()
 
     @property
@@ -170,8 +188,13 @@ class Graphormer(nn.Module):
         x = self._nodes(batch)
         packing = Packing(F.pad(batch.node_mask, (1, 0), value=True), pairs=False)
         bias = self.attention_bias(batch, compute_dtype(x))
-        x = dropout(packing.pack_tokens(x), self.cfg.dropout, self.training)
+        x = packing.pack_tokens(x)
+        if self.embedding_ln is not None:
+            x = self.embedding_ln(x)
+        x = dropout(x, self.cfg.dropout, self.training)
         for layer in self.layers:
             x = run_layer(layer, self.cfg.activation_checkpointing and self.training, x, packing, bias)
-        x = packing.unpack_tokens(self.final_ln(x))
+        if self.final_ln is not None:
+            x = self.final_ln(x)
+        x = packing.unpack_tokens(x)
         return Outputs(node=x[:, 1:], edge=None, graph=x[:, 0])

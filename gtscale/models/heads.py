@@ -1,7 +1,9 @@
 """Task heads: small MLPs on one of a model's outputs, chosen by the task config.
 
 - "graph": graph regression / classification with T outputs, from Outputs.graph (the EGT authors'
-  PCQM4Mv2 head is this with two hidden layers of d_h; Graphormer's is a single linear layer);
+  PCQM4Mv2 head is this with two hidden layers of d_h; Graphormer's is a single linear layer, or
+  with `form: graphormer` the fairseq code's LayerNorm(GELU(Linear d→d)) → Linear d→T without
+  bias + one learned scalar bias);
 - "node": per-node classes, from Outputs.node;
 - "edge": per-pair classes, from Outputs.edge (EGT with output_edges);
 - "distance": EGT's auxiliary objective, predicting each pair's hop count 0..ν from the output edge
@@ -38,6 +40,22 @@ class MLP(nn.Module):
         return x
 
 
+class GraphormerOutput(nn.Module):
+    """fairseq Graphormer's output layers: out(LN(act(transform(x)))) + bias, bias a scalar shared
+    by every output (lm_head_transform_weight, layer_norm, embed_out, lm_output_learned_bias)."""
+
+    def __init__(self, in_dim: int, out_dim: int, activation: str):
+        super().__init__()
+        self.transform = nn.Linear(in_dim, in_dim)
+        self.norm = nn.LayerNorm(in_dim)
+        self.out = nn.Linear(in_dim, out_dim, bias=False)
+        self.bias = nn.Parameter(torch.zeros(1))
+        self.act = ACTIVATIONS[activation]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.norm(self.act(self.transform(x)))) + self.bias
+
+
 class Head(nn.Module):
     """An MLP reading Outputs.<kind>: graph [B, T], node [B, N, C], edge / distance [B, N, N, C]."""
 
@@ -45,7 +63,10 @@ class Head(nn.Module):
         super().__init__()
         self.cfg = cfg
         out = cfg.max_hops + 1 if cfg.kind == "distance" else cfg.num_outputs
-        self.mlp = MLP([in_dim, *cfg.hidden, out], cfg.activation)
+        if cfg.form == "graphormer":
+            self.mlp = GraphormerOutput(in_dim, out, cfg.activation)
+        else:
+            self.mlp = MLP([in_dim, *cfg.hidden, out], cfg.activation)
 
     def forward(self, outputs: Outputs) -> torch.Tensor:
         field = "edge" if self.cfg.kind == "distance" else self.cfg.kind

@@ -38,7 +38,11 @@ class FeedForward(nn.Module):
         self.p, self.p_activation = p, p_activation
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        hidden = dropout(self.act(self.fc1(self.ln(x))), self.p_activation, self.training)
+        return self.branch(self.ln(x))
+
+    def branch(self, x: torch.Tensor) -> torch.Tensor:
+        """The block without its LayerNorm, for Post-LN models that normalise after the sum."""
+        hidden = dropout(self.act(self.fc1(x)), self.p_activation, self.training)
         return dropout(self.fc2(hidden), self.p, self.training)
 
 

@@ -27,6 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-spd", action="store_true", help="skip shortest paths and predecessors")
     parser.add_argument("--no-degree", action="store_true", help="skip in/out degrees")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--targets", choices=["given", "rdkit-descriptors"], default="given",
+                        help="given: the dataset's own targets; rdkit-descriptors: standardised RDKit descriptors (pretraining)")
+    parser.add_argument("--dataset", dest="subset", default=None, help="moleculeace: which benchmark set, e.g. CHEMBL214_Ki")
     table = parser.add_argument_group("smiles-csv options")
     table.add_argument("--input", help="the .csv / .smi file (optionally .gz)")
     table.add_argument("--smiles-column", default="smiles", help="SMILES column (.smi: by position, default 0)")
@@ -34,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     table.add_argument("--target-columns", default="", help="comma-separated target columns")
     table.add_argument("--task-type", choices=["graph_regression", "graph_classification"], default="graph_regression")
     table.add_argument("--split-column", default=None, help="column naming each row's split (else seeded 80/10/10)")
-    table.add_argument("--split-seed", type=int, default=0, help="seed of the 80/10/10 split")
+    table.add_argument("--split-seed", type=int, default=0, help="seed of the 80/10/10 split (moleculeace: of the validation carved from train)")
 
 
 def _check(args: argparse.Namespace) -> None:

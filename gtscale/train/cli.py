@@ -1,14 +1,19 @@
 """`gtscale train CONFIG [dotted.key=value …] [--resume auto|never|TAG]`, one process per GPU/slot.
 
-Start it with torchrun (`torchrun --nproc_per_node 2 -m gtscale.cli train …`), the deepspeed
-launcher or srun. The configuration is checked before any process group starts.
+Start it with torchrun (`torchrun --nproc_per_node 2 -m gtscale.cli train …`, or `launch/train`,
+which also passes on the preemption exit status 75), the deepspeed launcher or srun; without any,
+it trains as a single process (launch_env.py). The configuration is checked before any process
+group starts.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
 from gtscale.train.config import load_train_config
+from gtscale.train.launch_env import rendezvous_env
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,7 +25,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cfg = load_train_config(args.config, args.overrides)  # UserError → one line, exit 2, nothing started
-    import sys
+    add, note = rendezvous_env(os.environ)
+    os.environ.update(add)
+    if note is not None:
+        print(f"gtscale train: {note}", file=sys.stderr, flush=True)
 
     from gtscale.train.trainer import Trainer
 

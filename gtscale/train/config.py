@@ -2,16 +2,19 @@
 
     gtscale train configs/tasks/nci-tpsa.yaml deepspeed.zero_stage=3 schedule.total_steps=2000
 
-Unknown keys, wrong types and missing shard directories are reported as one line naming the key or
-path (exit status 2). The resolved configuration is saved as `config.yaml` in the run directory.
+Unknown keys, wrong types, values out of range (`RANGES`), missing shard directories, an evaluator
+that does not fit the shards' targets and a head the model cannot carry are reported as one line
+naming the key or path (exit status 2), before any process group starts. The resolved
+configuration is saved as `config.yaml` in the run directory.
 """
 
 from __future__ import annotations
 
-import json
+import functools
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Callable, Literal, Optional
 
 from gtscale.config import CONFIG_ROOT, apply_overrides, from_dict, load_yaml
 from gtscale.loader.config import LoaderConfig
@@ -23,7 +26,9 @@ class DataConfig:
     shards: str  # folder holding manifest.json (written by `gtscale shard`)
     train_split: str = "train"
     eval_split: str = "valid"  # evaluated every eval.every steps and at the end
-    loader: LoaderConfig = field(default_factory=LoaderConfig)  # keys / path edges are set from the model
+    # loader.keys and loader.path_edges_max_dist are the model's to choose (its batch_fields and
+    # multi_hop_max_dist): setting either here is an error, since the trainer would replace it.
+    loader: LoaderConfig = field(default_factory=LoaderConfig)
 
 
 @dataclass
@@ -37,27 +42,31 @@ class AuxDistanceConfig:
 @dataclass
 class TaskConfig:
     loss: Literal["l1", "mse", "bce"] = "l1"  # l1 for MAE tasks (PCQM4Mv2), bce for binary tasks
-    metric: Literal["mae", "rocauc", "ap"] = "mae"  # what selects the best checkpoint
-    evaluator: str = "pcqm4mv2"  # OGB evaluator: pcqm4mv2 (MAE) or an ogbg dataset name (ogbg-molhiv, ogbg-molpcba)
-    head: dict = field(default_factory=dict)  # head overrides on top of the model YAML's `head` section
+    metric: Literal["mae", "rmse", "rocauc", "ap"] = "mae"  # what selects the best checkpoint (the evaluator must report it)
+    # pcqm4mv2 (OGB-LSC's evaluator, one target; reports mae, and rmse from the same predictions),
+    # regression (any number of targets: mae and rmse of each target over its labelled rows, averaged
+    # over targets; e.g. descriptor pretraining, MoleculeACE) or an ogbg dataset name whose target count matches the shards' (ogbg-molhiv: rocauc, ogbg-molpcba: ap,
+    # ogbg-molesol / -molfreesolv / -mollipo: rmse)
+    evaluator: str = "pcqm4mv2"
+    head: dict = field(default_factory=dict)  # head overrides on top of the model YAML's `head` section (num_outputs: the shards' targets)
     target_scale: float = 1.0  # regression: the model predicts y / target_scale (keeps targets O(1))
     target_shift: float = 0.0  # regression: … and (y − target_shift)
     aux_distance: Optional[AuxDistanceConfig] = None  # EGT's auxiliary distance prediction; off when absent
 
-    def __post_init__(self):
-        if self.target_scale <= 0:
-            raise ValueError("target_scale must be > 0")
-
     @property
     def higher_is_better(self) -> bool:
-        return self.metric != "mae"
+        return self.metric not in ERROR_METRICS
+
+
+#: Metrics that measure an error (lower is better; regression losses l1 / mse).
+ERROR_METRICS = ("mae", "rmse")
 
 
 @dataclass
 class OptimizerConfig:
     lr: float = 1e-3  # peak learning rate, reached at the end of warmup
     weight_decay: float = 0.0
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # Adam's β1, β2, each in [0, 1)
     eps: float = 1e-8
 
 
@@ -65,11 +74,7 @@ class OptimizerConfig:
 class ScheduleConfig:
     total_steps: int = 1000  # optimizer steps of the whole run
     warmup_steps: int = 100  # linear warmup from 0 to optimizer.lr
-    min_lr: float = 0.0  # cosine decay ends here at total_steps
-
-    def __post_init__(self):
-        if self.total_steps < 1 or not 0 <= self.warmup_steps <= self.total_steps:
-            raise ValueError("need total_steps >= 1 and 0 <= warmup_steps <= total_steps")
+    min_lr: float = 0.0  # cosine decay ends here at total_steps (at most optimizer.lr)
 
 
 @dataclass
@@ -81,17 +86,11 @@ class DeepSpeedConfig:
     gradient_clipping: float = 1.0  # max global gradient norm; 0 = off
     extra: dict = field(default_factory=dict)  # merged into the generated DeepSpeed config as is
 
-    def __post_init__(self):
-        if self.zero_stage not in (0, 1, 2, 3):
-            raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {self.zero_stage}")
-        if self.gradient_accumulation_steps < 1:
-            raise ValueError("gradient_accumulation_steps must be >= 1")
-
 
 @dataclass
 class CheckpointConfig:
     every: int = 500  # steps between checkpoints (and at the end)
-    keep: int = 2  # newest complete checkpoints kept (the best one is kept apart)
+    keep: int = 2  # newest complete checkpoints kept (the best one is kept apart); 0 = keep all
 
 
 @dataclass
@@ -124,9 +123,60 @@ class TrainConfig:
     max_steps: Optional[int] = None  # stop early at this step (a run cut short on purpose; tests, benchmarks)
     init_from: Optional[str] = None  # fine-tuning: a `gtscale export`ed model.pt whose backbone weights start this run
 
+    def __post_init__(self):
+        check_ranges(self)
+
+
+def _finite(low: float, low_open: bool = False) -> Callable[[Any, "TrainConfig"], bool]:
+    """A finite number ≥ low (> low when low_open); NaN and ±inf fail."""
+    return lambda v, _: math.isfinite(v) and (v > low if low_open else v >= low)
+
+
+#: Every range-checked field: dotted key → (test of (value, whole config), what it must be).
+#: Checked when a TrainConfig is built, so a bad value fails before any process group starts.
+RANGES: dict[str, tuple[Callable[[Any, "TrainConfig"], bool], str]] = {
+    "seed": (lambda v, _: 0 <= v < 2**31, "in 0..2**31-1 (numpy seeds seed + rank)"),
+    "data.loader.seed": (lambda v, _: v >= 0, ">= 0"),
+    # lr 0 is allowed (torch's AdamW accepts it): the weights stay as initialised, as a fine-tuning
+    # test of the data path wants; a negative one would ascend the loss.
+    "optimizer.lr": (_finite(0.0), ">= 0"),
+    "optimizer.betas": (lambda v, _: len(v) == 2 and all(math.isfinite(b) and 0 <= b < 1 for b in v), "two numbers in [0, 1)"),
+    "optimizer.eps": (_finite(0.0, low_open=True), "> 0"),
+    "optimizer.weight_decay": (_finite(0.0), ">= 0"),
+    "schedule.total_steps": (lambda v, _: v >= 1, ">= 1"),
+    "schedule.warmup_steps": (lambda v, c: 0 <= v <= c.schedule.total_steps, "in 0..schedule.total_steps"),
+    "schedule.min_lr": (lambda v, c: math.isfinite(v) and 0 <= v <= c.optimizer.lr, "in [0, optimizer.lr]"),
+    "deepspeed.zero_stage": (lambda v, _: v in (0, 1, 2, 3), "0, 1, 2 or 3"),
+    "deepspeed.gradient_accumulation_steps": (lambda v, _: v >= 1, ">= 1"),
+    "deepspeed.gradient_clipping": (_finite(0.0), ">= 0 (0 = off)"),
+    "checkpoint.every": (lambda v, _: v >= 1, ">= 1"),
+    "checkpoint.keep": (lambda v, _: v >= 0, ">= 0 (0 = keep all)"),
+    "eval.every": (lambda v, _: v >= 0, ">= 0 (0 = only at the end)"),
+    "logging.every": (lambda v, _: v >= 1, ">= 1"),
+    "task.target_scale": (_finite(0.0, low_open=True), "> 0"),
+    "task.target_shift": (lambda v, _: math.isfinite(v), "finite"),
+    "task.aux_distance.max_hops": (lambda v, _: v >= 1, ">= 1"),
+    "task.aux_distance.weight": (_finite(0.0), ">= 0"),
+    "max_nonfinite": (lambda v, _: v >= 1, ">= 1"),
+    "max_steps": (lambda v, _: v >= 1, ">= 1 (or absent)"),
+}
+
+
+def check_ranges(cfg: "TrainConfig") -> None:
+    """Every RANGES entry holds, or a UserError naming the dotted key. Absent optional sections
+    (task.aux_distance, max_steps: null) are not checked."""
+    for key, (holds, requirement) in RANGES.items():
+        value = functools.reduce(lambda obj, name: None if obj is None else getattr(obj, name), key.split("."), cfg)
+        if value is not None and not holds(value, cfg):
+            raise UserError(f"{key}: must be {requirement}, got {value!r}")
+
 
 #: configs/deepspeed/ shipped with the package: `deepspeed: zero3` names one of its presets.
 DEEPSPEED_PRESETS = CONFIG_ROOT / "deepspeed"
+
+
+#: data.loader fields the trainer sets from the model (task_model.loader_keys): never from the YAML.
+MODEL_CHOSEN_LOADER_KEYS = ("keys", "path_edges_max_dist")
 
 
 def load_train_config(path: str | Path, overrides: list[str]) -> TrainConfig:
@@ -142,15 +192,26 @@ def load_train_config(path: str | Path, overrides: list[str]) -> TrainConfig:
             raise UserError(f"deepspeed: no preset {raw['deepspeed']!r} in {DEEPSPEED_PRESETS} (known: {known})")
         raw["deepspeed"] = load_yaml(preset)
     raw = apply_overrides(raw, on_preset)
-    cfg = from_dict(TrainConfig, raw)
+    cfg = from_dict(TrainConfig, raw)  # types and RANGES
+    for key in MODEL_CHOSEN_LOADER_KEYS:
+        if key in raw["data"].get("loader", {}):
+            raise UserError(f"data.loader.{key}: set by the model (the Batch fields it reads), not by the config; remove it")
     manifest = Path(cfg.data.shards) / "manifest.json"
     if not manifest.is_file():
         raise UserError(f"data.shards: {manifest} not found (run `gtscale shard` first)")
+    from gtscale.format.manifest import load_manifest
     from gtscale.models import parse_model_config
 
     parse_model_config(resolve_model_config(cfg))  # the model's own keys, checked here too
-    check_task(cfg.task)
-    splits = json.loads(manifest.read_text()).get("splits", {})
+    contents = load_manifest(manifest)
+    num_targets = int(contents.get("task", {}).get("num_targets", 1))
+    check_task(cfg.task, num_targets, manifest)
+    if "num_outputs" in cfg.task.head:  # like the loader keys: replaced, so never silently
+        raise UserError(f"task.head.num_outputs: set by the shards' number of targets ({num_targets} in {manifest}), not by the config; remove it")
+    from gtscale.train.task_model import check_task_model
+
+    check_task_model(cfg, num_targets)  # task.head and task.aux_distance fit the model
+    splits = contents["splits"]
     for key in ("train_split", "eval_split"):
         if getattr(cfg.data, key) not in splits:
             raise UserError(f"data.{key}: {getattr(cfg.data, key)!r} is not a split of {manifest} (has {', '.join(splits)})")
@@ -159,21 +220,27 @@ def load_train_config(path: str | Path, overrides: list[str]) -> TrainConfig:
     return cfg
 
 
-def check_task(task: TaskConfig) -> None:
-    """The evaluator must exist and report the metric that selects the best checkpoint."""
+def check_task(task: TaskConfig, num_targets: int, manifest: Path | str = "the shards") -> None:
+    """The evaluator must exist, fit the shards' number of targets and report the metric that
+    selects the best checkpoint; the loss must suit the metric."""
     if task.evaluator == "pcqm4mv2":
-        reported = {"mae"}
+        reported, tasks = {"mae", "rmse"}, 1
+    elif task.evaluator == "regression":
+        reported, tasks = {"mae", "rmse"}, num_targets
     else:
         from ogb.graphproppred import Evaluator
 
         try:
-            reported = {Evaluator(task.evaluator).eval_metric}
+            evaluator = Evaluator(task.evaluator)
         except (KeyError, ValueError):
-            raise UserError(f"task.evaluator: {task.evaluator!r} is neither pcqm4mv2 nor an OGB graph property dataset (ogbg-molhiv, ogbg-molpcba, …)") from None
+            raise UserError(f"task.evaluator: {task.evaluator!r} is neither pcqm4mv2, regression nor an OGB graph property dataset (ogbg-molhiv, ogbg-molpcba, …)") from None
+        reported, tasks = {evaluator.eval_metric}, evaluator.num_tasks
+    if num_targets != tasks:
+        raise UserError(f"task.evaluator: {task.evaluator!r} scores {tasks} target(s) but {manifest} has {num_targets}; choose an evaluator for {num_targets} target(s)")
     if task.metric not in reported:
         raise UserError(f"task.metric: {task.metric!r} is not reported by evaluator {task.evaluator!r} (it reports {', '.join(sorted(reported))})")
-    if (task.loss == "bce") != (task.metric != "mae"):
-        raise UserError(f"task.loss: {task.loss!r} does not suit metric {task.metric!r} (bce for rocauc/ap, l1 or mse for mae)")
+    if (task.loss == "bce") != (task.metric not in ERROR_METRICS):
+        raise UserError(f"task.loss: {task.loss!r} does not suit metric {task.metric!r} (bce for rocauc/ap, l1 or mse for mae/rmse)")
 
 
 def resolve_model_config(cfg: TrainConfig) -> dict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from collections import defaultdict
 from pathlib import Path
 
@@ -29,27 +30,35 @@ def read_metrics(path: Path) -> dict[str, dict[str, list[tuple[int, float]]]]:
     return {split: {k: sorted(v.items()) for k, v in metrics.items()} for split, metrics in series.items()}
 
 
-def run(args: argparse.Namespace) -> int:
+#: metrics.jsonl splits that are not evaluations: training rows (their own panels) and the
+#: optimizer-state sizes in bytes logged once as "memory", which on the metric axis would flatten
+#: every curve to a line at zero.
+NOT_EVALUATIONS = ("train", "memory")
+
+
+def evaluation_curves(series: dict) -> dict[str, list[tuple[int, float]]]:
+    """"<split> <metric>" → points of every evaluation metric (sample counts left out)."""
+    return {
+        f"{split} {name}": points
+        for split, metrics in series.items() if split not in NOT_EVALUATIONS
+        for name, points in metrics.items() if name != "samples"
+    }
+
+
+def draw(series: dict):
+    """The figure: training loss, evaluation metrics, learning rate."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    run_dir = Path(args.run_dir)
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        raise UserError(f"{path}: not found")
-    series = read_metrics(path)
     train = series.get("train", {})
-    evals = {split: m for split, m in series.items() if split != "train"}
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     if "loss" in train:
         axes[0].plot(*zip(*train["loss"]), label="train loss")
     axes[0].set(title="training loss", xlabel="step")
-    for split, metrics in evals.items():
-        for name, points in metrics.items():
-            if name != "samples":
-                axes[1].plot(*zip(*points), marker="o", label=f"{split} {name}")
+    for label, points in evaluation_curves(series).items():
+        axes[1].plot(*zip(*points), marker="o", label=label)
     axes[1].set(title="evaluation", xlabel="step")
     if "lr" in train:
         axes[2].plot(*zip(*train["lr"]))
@@ -58,7 +67,18 @@ def run(args: argparse.Namespace) -> int:
         if ax.get_legend_handles_labels()[0]:
             ax.legend()
     fig.tight_layout()
+    return fig
+
+
+def run(args: argparse.Namespace) -> int:
+    run_dir = Path(args.run_dir)
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        raise UserError(f"{path}: not found")
+    fig = draw(read_metrics(path))
     out = Path(args.out) if args.out else run_dir / "curves.png"
-    fig.savefig(out, dpi=100)
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
+    fig.savefig(tmp, dpi=100, format="png")
+    os.replace(tmp, out)  # a reader (or a crash) never sees half a PNG
     print(f"wrote {out}")
     return 0

@@ -8,11 +8,13 @@ import pickle
 import torch
 from torch import nn
 
-from gtscale.config import to_dict
+from gtscale.config import from_dict, to_dict
 from gtscale.errors import UserError
 from gtscale.format import schema
 from gtscale.io import safe_torch_load
 from gtscale.loader.batch import Batch
+from gtscale.models.config import HeadConfig
+from gtscale.models.heads import head_input_dim
 from gtscale.train.config import TrainConfig, resolve_model_config
 
 
@@ -37,15 +39,36 @@ class GraphTaskModel(nn.Module):
 
 
 def build_task_model(cfg: TrainConfig, num_targets: int) -> tuple[GraphTaskModel, dict]:
+    """The backbone the config names, its task head (the model YAML's `head` with task.head on top,
+    one output per target) and EGT's distance head when task.aux_distance is set. A head the
+    backbone cannot carry is a UserError naming task.head or task.aux_distance."""
     from gtscale.models import build_head, build_model
 
     model_cfg = resolve_model_config(cfg)
     backbone = build_model(model_cfg)
-    head_cfg = {**model_cfg.get("head", {"kind": "graph"}), **cfg.task.head, "num_outputs": num_targets}
+    head_cfg = from_dict(HeadConfig, {**model_cfg.get("head", {"kind": "graph"}), **cfg.task.head, "num_outputs": num_targets}, prefix="task.head.")
+    _check_fits(head_cfg, backbone, "task.head.kind")
     distance_head = None
     if cfg.task.aux_distance is not None:  # EGT's auxiliary objective (needs output_edges: true)
-        distance_head = build_head({"kind": "distance", **to_dict(cfg.task.aux_distance)}, backbone)
+        distance_cfg = HeadConfig(kind="distance", **to_dict(cfg.task.aux_distance))
+        _check_fits(distance_cfg, backbone, "task.aux_distance")
+        distance_head = build_head(distance_cfg, backbone)
     return GraphTaskModel(backbone, build_head(head_cfg, backbone), distance_head), model_cfg
+
+
+def _check_fits(head_cfg: HeadConfig, backbone: nn.Module, key: str) -> None:
+    try:
+        head_input_dim(head_cfg, backbone)
+    except ValueError as err:
+        raise UserError(f"{key}: {err}") from None
+
+
+def check_task_model(cfg: TrainConfig, num_targets: int) -> None:
+    """Build the task model on the meta device (shapes only, no memory, no initialisation cost), so
+    that task.head and task.aux_distance are checked with the rest of the config, before any
+    process group starts."""
+    with torch.device("meta"):
+        build_task_model(cfg, num_targets)
 
 
 def load_backbone(model: GraphTaskModel, path: str) -> int:

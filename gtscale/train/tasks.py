@@ -35,16 +35,40 @@ def predictions(scores: torch.Tensor, task: TaskConfig) -> torch.Tensor:
     return scores * task.target_scale + task.target_shift
 
 
+def multitarget_regression(y_pred: np.ndarray, y_true: np.ndarray) -> dict[str, float]:
+    """MAE and RMSE of each target over its labelled rows (scikit-learn), averaged over the targets
+    that have any label, so that a sparsely labelled target counts as much as a dense one."""
+    from sklearn.metrics import mean_absolute_error, root_mean_squared_error
+
+    maes, rmses = [], []
+    for t in range(y_true.shape[1]):
+        labelled = ~np.isnan(y_true[:, t])
+        if labelled.any():
+            maes.append(mean_absolute_error(y_true[labelled, t], y_pred[labelled, t]))
+            rmses.append(root_mean_squared_error(y_true[labelled, t], y_pred[labelled, t]))
+    return {"mae": float(np.mean(maes)), "rmse": float(np.mean(rmses))} if maes else {}
+
+
 def evaluate(y_pred: np.ndarray, y_true: np.ndarray, task: TaskConfig) -> dict[str, float]:
-    """{metric: value} from OGB's evaluator on gathered predictions [n, T] and targets (NaN = unlabelled)."""
+    """{metric: value} from OGB's evaluator on gathered predictions [n, T] and targets (NaN = unlabelled).
+
+    pcqm4mv2 scores one target (config.check_task refuses more): OGB's PCQM4Mv2Evaluator gives the
+    MAE, scikit-learn the RMSE of the same labelled rows. An ogbg evaluator scores every column
+    (ogbg-molesol, -molfreesolv, -mollipo report rmse; ogbg-molhiv rocauc; ogbg-molpcba ap)."""
     if task.evaluator == "pcqm4mv2":
         from ogb.lsc import PCQM4Mv2Evaluator
+        from sklearn.metrics import root_mean_squared_error
 
-        labelled = ~np.isnan(y_true).any(axis=1)
+        if y_true.shape[1] != 1:  # never silently score column 0 of several
+            raise ValueError(f"the pcqm4mv2 evaluator scores one target, got {y_true.shape[1]}")
+        labelled = ~np.isnan(y_true[:, 0])
         if not labelled.any():
             return {}
-        result = PCQM4Mv2Evaluator().eval({"y_pred": torch.from_numpy(y_pred[labelled, 0]), "y_true": torch.from_numpy(y_true[labelled, 0])})
-        return {"mae": float(result["mae"])}
+        pred, true = y_pred[labelled, 0], y_true[labelled, 0]
+        result = PCQM4Mv2Evaluator().eval({"y_pred": torch.from_numpy(pred), "y_true": torch.from_numpy(true)})
+        return {"mae": float(result["mae"]), "rmse": float(root_mean_squared_error(true, pred))}
+    if task.evaluator == "regression":
+        return multitarget_regression(y_pred, y_true)
     from ogb.graphproppred import Evaluator
 
     try:
@@ -53,6 +77,6 @@ def evaluate(y_pred: np.ndarray, y_true: np.ndarray, task: TaskConfig) -> dict[s
         raise UserError(f"task.evaluator: {task.evaluator!r} is not an OGB graph property dataset") from err
     try:
         result = evaluator.eval({"y_pred": y_pred, "y_true": y_true})
-    except RuntimeError:  # OGB's answer when no task has both classes in this split: no metric
+    except RuntimeError:  # OGB's answer when no task has both classes (or any label) in this split: no metric
         return {}
     return {k: float(v) for k, v in result.items()}

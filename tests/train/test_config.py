@@ -17,7 +17,7 @@ def train_cli(*args):
     [
         ("optimizer.lrr=0.1", "optimizer.lrr: unknown key"),
         ("optimizer.lr=fast", "optimizer.lr: expected a number"),
-        ("deepspeed.zero_stage=4", "zero_stage must be 0, 1, 2 or 3"),
+        ("deepspeed.zero_stage=4", "deepspeed.zero_stage: must be 0, 1, 2 or 3"),
         ("data.shards=/nonexistent/shards", "/nonexistent/shards/manifest.json not found"),
         ("data.loader.batching=bytes", "data.loader.batching"),
         ("deepspeed=zero9", "no preset 'zero9'"),
@@ -26,7 +26,7 @@ def train_cli(*args):
         ("task.evaluator=ogbg-nope", "task.evaluator: 'ogbg-nope'"),
         ("task.metric=rocauc", "task.metric: 'rocauc' is not reported by evaluator 'pcqm4mv2'"),
         ("data.eval_split=test-dev", "data.eval_split: 'test-dev' is not a split"),
-        ("task.target_scale=0", "target_scale must be > 0"),
+        ("task.target_scale=0", "task.target_scale: must be > 0"),
     ],
 )
 def test_bad_config_is_one_line_and_exit_2(tpsa_shards, tmp_path, override, needle):
@@ -53,3 +53,13 @@ def test_warmup_cosine_schedule():
     assert factors[0] == pytest.approx(0.1) and factors[9] == pytest.approx(1.0)
     assert factors[10] == pytest.approx(1.0) and factors[60] == pytest.approx(0.55) and factors[110] == pytest.approx(0.1)
     assert all(a >= b for a, b in zip(factors[10:], factors[11:]))
+
+
+def test_exponent_floats_without_a_point_are_numbers(tmp_path):
+    """PyYAML (YAML 1.1) reads `1e-5` as a string; gtscale's configs read it as YAML 1.2 does."""
+    from gtscale.config import apply_overrides, load_yaml
+
+    path = tmp_path / "c.yaml"
+    path.write_text("lr: 1e-5\nname: 1e5x\n")
+    assert load_yaml(path) == {"lr": 1e-5, "name": "1e5x"}
+    assert apply_overrides({}, ["schedule.min_lr=2E-6", "a=-3e+2"]) == {"schedule": {"min_lr": 2e-6}, "a": -300.0}

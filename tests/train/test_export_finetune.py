@@ -29,7 +29,7 @@ def test_export_then_finetune_on_a_classification_task(tpsa_shards, tmp_path):
     assert main(["shard", "wehi-pains", "--out", str(pains), "--shard-size", "5000", "--no-progress", "--lap-k", "0"]) == 0
     fine = write_config(
         tmp_path / "fine.yaml", pains, tmp_path / "fine", init_from=str(tmp_path / "pre" / "export" / "model.pt"),
-        task={"loss": "bce", "metric": "rocauc", "evaluator": "ogbg-molhiv"}, schedule={"total_steps": 4, "warmup_steps": 1},
+        task={"loss": "bce", "metric": "rocauc", "evaluator": "ogbg-molhiv"}, schedule={"total_steps": 4, "warmup_steps": 1, "min_lr": 0.0},
         optimizer={"lr": 0.0}, eval={"every": 4},
     )
     assert run_ranks(2, [str(fine)], tmp_path / "log2") == [0, 0], logs(tmp_path / "log2")

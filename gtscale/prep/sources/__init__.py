@@ -15,18 +15,38 @@ DATASETS = {
     "ogbg-molpcba": "folder holding ogbg_molpcba/ (mapping/mol.csv.gz, split/scaffold/), as OGB downloads it",
     "nci-tpsa": "bundled: RDKit's NCI first_5K molecules with TPSA (no --root needed)",
     "wehi-pains": "bundled: RDKit's WEHI molecules labelled by the PAINS filter catalog (no --root needed)",
+    "moleculeace": "--dataset CHEMBL214_Ki etc.: a MoleculeACE benchmark set from the installed package (or --root FOLDER of its CSVs)",
+    "offline-union": "the unique molecules of MoleculeACE's train splits and RDKit's NCI set, for --targets rdkit-descriptors",
     "smiles-csv": "--input FILE (.csv or .smi, optionally .gz) with --smiles-column, --target-columns",
 }
 
 
 def read_dataset(name: str, args: argparse.Namespace) -> MoleculeTable:
-    """Read dataset `name`; `args` carries --root / --input and the SMILES-table options."""
-    from gtscale.prep.sources import bundled, ogb, smiles
+    """Read dataset `name`; `args` carries --root / --input, the SMILES-table options and --targets
+    (rdkit-descriptors: the dataset's targets replaced by standardised RDKit descriptors)."""
+    targets = getattr(args, "targets", "given")
+    if name == "offline-union" and targets != "rdkit-descriptors":
+        raise UserError("offline-union has no targets of its own: add --targets rdkit-descriptors")
+    table = _read_source(name, args)
+    if targets == "rdkit-descriptors":
+        from gtscale.prep.sources.descriptors import with_descriptor_targets
+
+        return with_descriptor_targets(table, workers=max(1, getattr(args, "workers", 1)), progress=not getattr(args, "no_progress", False))
+    return table
+
+
+def _read_source(name: str, args: argparse.Namespace) -> MoleculeTable:
+    from gtscale.prep.sources import bundled, moleculeace, ogb, smiles, union
 
     if name not in DATASETS:
         raise UserError(f"unknown dataset {name!r} (known: {', '.join(DATASETS)})")
     if name in ("nci-tpsa", "wehi-pains"):
         return bundled.read_nci_tpsa() if name == "nci-tpsa" else bundled.read_wehi_pains()
+    if name == "offline-union":
+        return union.read_offline_union(Path(args.root) if args.root else None, seed=args.split_seed)
+    if name == "moleculeace":
+        root = Path(args.root) if args.root else None
+        return moleculeace.read_moleculeace(getattr(args, "subset", None), root, seed=args.split_seed)
     if name == "smiles-csv":
         if not args.input:
             raise UserError("smiles-csv needs --input FILE")

@@ -1,0 +1,96 @@
+"""Loading checkpoints written by other programs without running their code.
+
+`torch.load(weights_only=True)` is tried first; it reads plain state dicts (egt_pytorch's). fairseq
+checkpoints also pickle argparse / omegaconf objects, which weights_only refuses. For those, torch.load
+gets a restricted pickle module: its unpickler resolves only the functions that rebuild tensors and
+an OrderedDict; every other global becomes an `Opaque` stand-in that records its name, arguments and
+state as inert data. Nothing in the file can therefore call code of its choosing: calling an Opaque
+class only stores its arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import pickle
+import types
+import warnings
+from pathlib import Path
+
+import torch
+
+from gtscale.errors import UserError
+from gtscale.io import safe_torch_load
+
+#: Globals a tensor state dict needs; (module, name) → object. Storage classes are resolved by
+#: torch's own wrapper before our find_class is asked.
+_ALLOWED = {
+    ("torch._utils", "_rebuild_tensor_v2"): torch._utils._rebuild_tensor_v2,
+    ("torch._utils", "_rebuild_parameter"): torch._utils._rebuild_parameter,
+    ("collections", "OrderedDict"): collections.OrderedDict,
+}
+
+
+class Opaque:
+    """Inert stand-in for a pickled object of a class we do not load: `qualname`, the arguments
+    it was rebuilt with, and the state it would have been given (e.g. an argparse Namespace's
+    attributes as a dict)."""
+
+    qualname = "?"
+
+    def __new__(cls, *args, **kwargs):
+        obj = object.__new__(cls)
+        obj.args, obj.state = args, None
+        return obj
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __setstate__(self, state):
+        self.state = state
+
+    def __repr__(self) -> str:
+        return f"<opaque {self.qualname}>"
+
+
+def _opaque_class(module: str, name: str) -> type:
+    return type(f"Opaque[{module}.{name}]", (Opaque,), {"qualname": f"{module}.{name}"})
+
+
+class RestrictedUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        return _ALLOWED.get((module, name)) or _opaque_class(module, name)
+
+
+def _restricted_pickle_module() -> types.ModuleType:
+    module = types.ModuleType("gtscale_restricted_pickle")
+    module.Unpickler = RestrictedUnpickler
+    module.load = lambda f, **kwargs: RestrictedUnpickler(f, **kwargs).load()
+    return module
+
+
+def load_foreign_checkpoint(path: str | Path):
+    """The checkpoint's contents with every tensor loaded and every other object inert."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: no such checkpoint file")
+    try:
+        return safe_torch_load(path)
+    except (pickle.UnpicklingError, RuntimeError, AttributeError, TypeError):
+        pass  # not a plain tensor file: read it with the restricted unpickler
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location="cpu", weights_only=False, pickle_module=_restricted_pickle_module())
+    except Exception as err:  # a corrupt or foreign file: any failure is an input problem
+        raise UserError(f"{path}: not a readable PyTorch checkpoint ({type(err).__name__}: {err})") from err
+
+
+def opaque_fields(obj) -> dict:
+    """The attributes an Opaque stand-in was given (argparse.Namespace → its options), else {}.
+    A live Namespace (a checkpoint built in memory rather than read from a file) gives its own."""
+    if isinstance(obj, Opaque) and isinstance(obj.state, dict):
+        return obj.state
+    if isinstance(obj, argparse.Namespace):
+        return vars(obj)
+    return {}
