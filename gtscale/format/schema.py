@@ -59,8 +59,11 @@ NODE_ID = "node_id"
 TARGET_NODES = "target_nodes"
 TARGET_Y = "target_y"
 
-#: Keys every record has; the rest depend on the transform options.
-REQUIRED_KEYS = (X, EDGE_INDEX, EDGE_ATTR, META)
+#: Keys every record has; the rest depend on the transform options. A record's node features are
+#: either categorical (x, with edge_attr: molecules) or continuous (x_float, no edge attributes:
+#: sampled subgraphs); NODE_FEATURE_KEYS lists the choice, the first one present wins.
+REQUIRED_KEYS = (EDGE_INDEX, META)
+NODE_FEATURE_KEYS = (X, X_FLOAT)
 #: What makes the sharder produce an optional key (used in "missing key" errors): what the user
 #: must do, so the on-by-default keys name the flag to leave out.
 PRODUCED_BY = {

@@ -224,7 +224,8 @@ def estimate_graphs_per_batch(shards: list[ShardEntry], config: LoaderConfig) ->
     for entry in shards:
         try:
             for key, members in iter_samples(read_shard(entry, config.verify_checksums), entry.name):
-                sizes.append(decode_array(members["x.npy"], "x.npy").shape[0])
+                features = "x.npy" if "x.npy" in members else "x_float.npy"  # categorical or continuous node features
+                sizes.append(decode_array(members[features], features).shape[0])
         except (ShardError, KeyError, ValueError) as err:
             if config.on_error == "raise":
                 raise err if isinstance(err, ShardError) else ShardError(entry.name, None, f"cannot read node counts ({err})")
@@ -233,6 +234,11 @@ def estimate_graphs_per_batch(shards: list[ShardEntry], config: LoaderConfig) ->
             break
     if not sizes:
         raise UserError(f"{shards[0].name}: no readable sample to size batches from")
+    return mean_graphs_per_batch(sizes, config)
+
+
+def mean_graphs_per_batch(sizes: list[int], config: LoaderConfig) -> float:
+    """Mean graphs per batch of `config`'s batcher over reshuffled passes of these node counts."""
     rng = random.Random(config.seed)
     batcher, graphs, batches = config.batcher(), 0, 0
     for _ in range(max(1, _ESTIMATE_GRAPHS // len(sizes))):  # several passes, so buckets fill many times

@@ -56,10 +56,13 @@ class EGTConfig:
     upto_hop: int = 16  # k: hop matrix clipped to k (k+1 = farther or unreachable); 1 = adjacency
     svd_rank: int = 8  # r: SVD encodings U√Σ ‖ V√Σ projected into d_h; 0 switches them off
     node_vocab: list[int] = field(default_factory=_atom_vocab)  # vocabulary per node feature column
-    edge_vocab: list[int] = field(default_factory=_bond_vocab)  # vocabulary per edge feature column
+    edge_vocab: list[int] = field(default_factory=_bond_vocab)  # vocabulary per edge feature column (sampled subgraphs: [1], "an edge")
+    node_float_dim: int = 0  # F > 0: F continuous node features (node_feat_float) by a linear map instead of node_vocab's tables
     activation_checkpointing: bool = False  # recompute each layer in backward instead of storing
 
     def __post_init__(self):
+        if self.node_float_dim < 0:
+            raise ValueError("node_float_dim must be >= 0 (0 = categorical node features)")
         if self.node_width % self.num_heads:
             raise ValueError(f"node_width {self.node_width} is not a multiple of num_heads {self.num_heads}")
         if len(self.clip_logits) != 2 or self.clip_logits[0] >= self.clip_logits[1]:
@@ -101,10 +104,13 @@ class GraphormerConfig:
     embedding_ln: bool = False  # LayerNorm on the input tokens before the first layer (encoder_normalize_before)
     final_ln: bool = True  # LayerNorm on the last layer's output (the paper's Pre-LN code; absent in fairseq's)
     node_vocab: list[int] = field(default_factory=_atom_vocab)  # vocabulary per node feature column
-    edge_vocab: list[int] = field(default_factory=_bond_vocab)  # vocabulary per edge feature column
+    edge_vocab: list[int] = field(default_factory=_bond_vocab)  # vocabulary per edge feature column (sampled subgraphs: [1], "an edge")
+    node_float_dim: int = 0  # F > 0: F continuous node features (node_feat_float) by a linear map instead of node_vocab's tables
     activation_checkpointing: bool = False  # recompute each layer in backward instead of storing
 
     def __post_init__(self):
+        if self.node_float_dim < 0:
+            raise ValueError("node_float_dim must be >= 0 (0 = categorical node features)")
         if self.hidden_dim % self.num_heads:
             raise ValueError(f"hidden_dim {self.hidden_dim} is not a multiple of num_heads {self.num_heads}")
         if not 1 <= self.multi_hop_max_dist <= self.num_edge_dis:

@@ -8,7 +8,10 @@ to the ones that ran out, at the price of one one-element all-reduce per step.
 
 `gather_predictions` then collects every rank's (idx, prediction) rows, drops the filler rows,
 checks that no idx arrived twice, and returns them sorted by idx — the order an OGB Evaluator
-compares against the dataset's labels.
+compares against the dataset's labels. For node tasks on sampled subgraphs the key is the target's
+**global node id** instead: `target_predictions` turns a batch's per-node outputs into (target_id,
+value) rows, which gather_predictions collects the same way (padding targets and filler graphs carry
+id FILLER_IDX and are dropped; a node evaluated twice raises).
 """
 
 from __future__ import annotations
@@ -36,8 +39,22 @@ def lockstep(batches: Iterable[Batch], filler: Batch, group=None, device: torch.
         yield batch if batch is not None else filler
 
 
+def target_predictions(batch: Batch, node_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(target_id [B·T], node_values at each target node [B·T, ...]) of a node-task batch.
+
+    `node_values` is per node, [B, N, ...] (a node head's output); rows of padding targets and of
+    filler graphs have id FILLER_IDX, which gather_predictions drops."""
+    if batch.target_node is None or batch.target_id is None:
+        raise ValueError("a node-task batch needs target_node and target_id (loader key 'target_y')")
+    graphs = torch.arange(batch.num_graphs, device=node_values.device)[:, None].expand_as(batch.target_node)
+    values = node_values[graphs, batch.target_node.to(node_values.device)]
+    return batch.target_id.reshape(-1), values.reshape(-1, *values.shape[2:])
+
+
 def gather_predictions(idx: Sequence[torch.Tensor], values: Sequence[torch.Tensor], group=None, expected: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """All ranks' (idx [n], values [n, ...]) rows, filler rows dropped, sorted by idx; on every rank.
+
+    idx is Batch.idx (graph tasks) or the global node ids of `target_predictions` (node tasks).
 
     `idx`/`values` are this rank's per-batch tensors (any device). With `expected`, the total must
     be exactly that many samples. Raises RuntimeError when an idx arrived twice."""
