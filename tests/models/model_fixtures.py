@@ -124,3 +124,6 @@ TINY_ET = {
     "num_steps": 3, "step_size": 0.5, "lap_k": LAP_K,
 }
 TINY_ET_SPARSE = {**TINY_ET, "form": "sparse", "lap_k": 0, "cls_token": False, "learned_adjacency": False}
+TINY_MNAGT = {
+    "name": "mnagt", "num_layers": 2, "hidden_dim": 16, "num_kernels": 3, "num_heads": 4, "ffn_dim": 24,
+}
