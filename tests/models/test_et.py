@@ -175,3 +175,19 @@ def test_et_trains_through_the_task_model():
     task_loss(scores, batch.y, batch.y_mask, cfg.task).backward()
     missing = [n for n, p in model.named_parameters() if p.grad is None or not torch.isfinite(p.grad).all()]
     assert not missing
+
+
+def test_dense_and_sparse_forms_train_alike(graphs):
+    """Gradients of a loss through the T steps agree between the forms (the sparse edge products'
+    backward against dense matmuls)."""
+    common = {"self_loops": True, "cls_token": False, "learned_adjacency": False, "lap_k": 0}
+    dense, sparse = _model(TINY_ET, **common), _model(TINY_ET_SPARSE, **common)
+    sparse.load_state_dict(dense.state_dict())
+    batch = make_batch(graphs)
+    width = TINY_ET["width"]
+    gen = torch.Generator().manual_seed(0)
+    proj = torch.randn(batch.node_mask.shape + (width,), generator=gen)
+    (dense(batch).node * proj).sum().backward()
+    (sparse(batch).node[..., width:] * proj).sum().backward()
+    for (name, a), b in zip(dense.named_parameters(), sparse.parameters()):
+        torch.testing.assert_close(b.grad, a.grad, atol=1e-5, rtol=1e-4, msg=name)

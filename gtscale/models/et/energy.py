@@ -1,5 +1,7 @@
 """The Energy Transformer block (Hoover et al., "Energy Transformer", NeurIPS 2023, §2), shared by
-the dense (App. D) and sparse (App. C) graph models. Equations as numbered in the paper:
+the dense (App. D) and sparse (App. C) graph models. Equation numbers were written from the
+paper's §2 as recalled (the text was not at hand here; check them against the published version);
+the energy-decrease claim (7) is the one issue 11 cites as eq. 20:
 
     g_A = γ (x_A − x̄_A) / √(var(x_A) + ε) + δ                               (2) energy LayerNorm, scalar γ
     K_αhB = Σ_j W^K_αhj g_jB,   Q_αhC = Σ_j W^Q_αhj g_jC
