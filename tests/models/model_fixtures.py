@@ -91,7 +91,8 @@ def make_batch(graphs: list[dict], pad_to: int | None = None) -> Batch:
         out["in_degree"][k, :size] = torch.from_numpy(in_deg)
         out["out_degree"][k, :size] = torch.from_numpy(out_deg)
         out["svd_pe"][k, :size] = torch.from_numpy(g["svd_pe"])
-        out["lap_pe"][k, :size] = torch.from_numpy(g["lap_pe"])
+        if "lap_pe" in g:  # hand-built graphs may leave it out (0 = no encoding)
+            out["lap_pe"][k, :size] = torch.from_numpy(g["lap_pe"])
         out["path_edges"][k, :size, :size] = torch.from_numpy(path)
     return Batch(**out)
 
