@@ -43,6 +43,11 @@ class DenseGraph:
 
     def __init__(self, allowed: torch.Tensor, weight: torch.Tensor | None, token_mask: torch.Tensor):
         self.allowed, self.weight, self.token_mask = allowed, weight, token_mask
+        has_keys = allowed.any(-1)  # [B, M]: padding queries (and nothing else) have no key
+        self.has_keys = has_keys[:, None, :, None]  # [B, 1, M, 1]
+        # rows without a key are left unmasked so that one fused softmax stays finite; their
+        # weights are then zeroed by has_keys
+        self.blocked = (~allowed & has_keys[:, :, None])[:, None]  # [B, 1, M, M]
 
     def mask_tokens(self, x: torch.Tensor) -> torch.Tensor:
         return x * self.token_mask[..., None].to(x.dtype)
@@ -51,23 +56,18 @@ class DenseGraph:
         """(Σ_B p Â K_B [B, M, H, Y], Σ_C p Â Q_C [B, M, H, Y], E^ATT or None)."""
         qh, kh = q.transpose(1, 2), k.transpose(1, 2)  # [B, H, M, Y]
         s = torch.matmul(qh, kh.transpose(-1, -2)).float()
-        if self.weight is not None:
-            s = s * self.weight.float()
-        s = (s * beta.float()).masked_fill(~self.allowed[:, None], float("-inf"))
-        peak = s.detach().amax(-1, keepdim=True)
-        peak = torch.where(torch.isfinite(peak), peak, 0.0)
-        e = torch.exp(s - peak)
-        z = e.sum(-1, keepdim=True)
-        p = e / z.clamp_min(torch.finfo(z.dtype).tiny)
-        w = p * self.weight.float() if self.weight is not None else p
-        w = w.to(q.dtype)
+        weight = self.weight.float() if self.weight is not None else None
+        if weight is not None:
+            s = s * weight
+        s = (s * beta.float()).masked_fill(self.blocked, float("-inf"))
+        p = torch.softmax(s, dim=-1) * self.has_keys
+        w = (p * weight if weight is not None else p).to(q.dtype)
         t_query = torch.matmul(w, kh).transpose(1, 2)
         t_key = torch.matmul(w.transpose(-1, -2), qh).transpose(1, 2)
         e_att = None
         if energy:
-            has_keys = self.allowed.any(-1)[:, None, :, None]
-            lse = torch.log(z.clamp_min(torch.finfo(z.dtype).tiny)) + peak
-            e_att = -(torch.where(has_keys, lse, 0.0).sum()) / beta.float()
+            lse = torch.logsumexp(s, dim=-1, keepdim=True)
+            e_att = -(torch.where(self.has_keys, lse, 0.0).sum()) / beta.float()
         return t_query, t_key, e_att
 
 
