@@ -57,7 +57,7 @@ import yaml
 
 from gtscale.config import to_dict
 from gtscale.loader.batch import Batch
-from gtscale.train.distributed_eval import gather_predictions, lockstep
+from gtscale.train.distributed_eval import EvaluationStopped, gather_predictions, lockstep
 from gtscale.loader.stream import build_loader
 from gtscale.errors import UserError
 from gtscale.io import atomic_write_text
@@ -133,7 +133,7 @@ class Trainer:
         self._resume(resume)
         if self.rank == 0:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            resolved = to_dict(cfg) | {"model_resolved": self.model_cfg, "world_size": self.world_size}
+            resolved = to_dict(cfg) | {"model_resolved": self.model_cfg, "world_size": self.world_size, "backend": dist.get_backend()}
             atomic_write_text(self.run_dir / "config.yaml", yaml.safe_dump(resolved, sort_keys=False))
         dist.barrier()
         self.log = RunLog(self.run_dir, self.rank == 0, cfg.logging.tensorboard, cfg.logging.progress, cfg.schedule.total_steps, self.step)
@@ -296,18 +296,26 @@ class Trainer:
         self.target_count += mask.double().sum(0)
 
     # --- evaluation -------------------------------------------------------------------------------
+    def _stop_after_loader_failure(self) -> bool:
+        self.stops.defer_worker_failures()
+        return self.stops.wait()
+
     @torch.no_grad()
-    def evaluate(self) -> dict[str, float]:
-        """Metrics of the eval split, each sample predicted exactly once across ranks (OGB Evaluator)."""
+    def evaluate(self) -> dict[str, float] | None:
+        """Metrics of the eval split, each sample predicted exactly once across ranks (OGB Evaluator);
+        None when a stop request killed a rank's loader workers (every rank returns None)."""
         self.engine.eval()
         idx, rows = [], []
         filler = self.eval_loader.filler_batch()
-        for batch in lockstep(self.eval_loader, filler, device=self.device):
-            batch = self._to_device(batch)
-            pred = predictions(self.engine(batch)[0], self.cfg.task)
-            target = torch.where(batch.y_mask, batch.y.float(), torch.nan)
-            idx.append(batch.idx)
-            rows.append(torch.cat([pred, target], dim=1))
+        try:
+            for batch in lockstep(self.eval_loader, filler, device=self.device, stop_on_failure=self._stop_after_loader_failure):
+                batch = self._to_device(batch)
+                pred = predictions(self.engine(batch)[0], self.cfg.task)
+                target = torch.where(batch.y_mask, batch.y.float(), torch.nan)
+                idx.append(batch.idx)
+                rows.append(torch.cat([pred, target], dim=1))
+        except EvaluationStopped:
+            return None
         expected = self.eval_loader.num_samples if self.cfg.data.loader.on_error == "raise" else None
         all_idx, all_rows = gather_predictions(idx, rows, expected=expected)
         t = all_rows.shape[1] // 2
@@ -360,8 +368,8 @@ class Trainer:
         batches = self._train_batches()
         window = ThroughputWindow()
         try:
-            if self.eval_pending:  # the previous job stopped on an evaluation step
-                self._evaluate_and_save(stop=False, final=self.step >= last_step, evaluate_now=True)
+            if self.eval_pending and self._evaluate_and_save(stop=False, final=self.step >= last_step, evaluate_now=True):
+                return self._stopped(save=False)  # the previous job stopped on an evaluation step, and this one too
             if self.step < last_step and not self._prime(batches):
                 return self._stopped(save=self.step > 0 and checkpoint.tag_of(self.step) not in checkpoint.complete_tags(self.ckpt_dir))
             while self.step < last_step:
@@ -371,8 +379,7 @@ class Trainer:
                     self._log_train(result, window)
                     window = ThroughputWindow()
                 self.log.progress(1)
-                self._evaluate_and_save(stop=result.stop, final=self.step == last_step)
-                if result.stop:
+                if self._evaluate_and_save(stop=result.stop, final=self.step == last_step):
                     return self._stopped(save=False)
         finally:
             self.log.close()
@@ -406,18 +413,20 @@ class Trainer:
         self.log.metrics(self.step, "train", values)
         self.log.progress(0, loss=loss, lr=lr, graphs_per_s=values["graphs_per_s"])
 
-    def _evaluate_and_save(self, stop: bool, final: bool, evaluate_now: bool = False) -> None:
+    def _evaluate_and_save(self, stop: bool, final: bool, evaluate_now: bool = False) -> bool:
         """Evaluate every eval.every steps, checkpoint every checkpoint.every steps, on a new best
         metric and when a stop was requested; both at the last step. A stop on an evaluation step
-        checkpoints at once and leaves the evaluation to the resumed job (eval_pending)."""
+        (also one that ends an evaluation midway) checkpoints and leaves the evaluation to the resumed
+        job (eval_pending). Returns whether to stop."""
         cfg = self.cfg
         save = final or stop or (not evaluate_now and self.step % cfg.checkpoint.every == 0)  # evaluate_now: saved already
         due = evaluate_now or final or (cfg.eval.every and self.step % cfg.eval.every == 0)
-        if due and stop:
-            self.eval_pending = True
-            due = False
-        if due:
+        if due and not stop:
             metrics = self.evaluate()
+            stop = metrics is None
+        if due and stop:
+            self.eval_pending, save = True, True
+        elif due:
             self.eval_pending = False
             save = self._maybe_best(metrics) or save
             self.log.metrics(self.step, cfg.data.eval_split, metrics)
@@ -426,7 +435,7 @@ class Trainer:
             self.save_checkpoint()
             if self.rank == 0 and "tag" in self.best:
                 atomic_write_text(self.run_dir / checkpoint.BEST_FILE, json.dumps(self.best))
-
+        return stop
 
 def _init_process_group() -> bool:
     """Join the job's process group (True when this call created it). The CUDA device comes first:
