@@ -399,7 +399,7 @@ class Trainer:
     def _stopped(self, save: bool) -> int:
         if save:
             self.save_checkpoint()
-        self.log.message(f"step {self.step}: stop requested by signal; checkpoint saved, exiting with {EXIT_PREEMPTED} for requeue")
+        self.log.message(f"step {self.step}: stop requested by signal; checkpoint at this step, exiting with {EXIT_PREEMPTED} for requeue")
         return EXIT_PREEMPTED
 
     def _log_train(self, result: StepResult, window: ThroughputWindow) -> None:
@@ -436,6 +436,7 @@ class Trainer:
             if self.rank == 0 and "tag" in self.best:
                 atomic_write_text(self.run_dir / checkpoint.BEST_FILE, json.dumps(self.best))
         return stop
+
 
 def _init_process_group() -> bool:
     """Join the job's process group (True when this call created it). The CUDA device comes first:
