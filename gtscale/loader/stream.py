@@ -170,10 +170,16 @@ class StreamLoader:
                  "shards": self._fingerprint(), **stream_config}
         return json.loads(json.dumps(setup))  # tuples → lists: equal to itself after any checkpoint format
 
-    def state_dict(self) -> dict:
-        """This rank's position (save one per rank). Plain values: JSON- and torch.save-safe."""
-        position = {"epoch": self.epoch, "consumed": list(self._consumed), "next_worker": self._next_worker, "batches": self._batches}
-        return {**position, "skipped": dict(self.skipped), "setup": self._setup()}
+    def position(self) -> dict:
+        """Where the stream stands now (cheap): what `state_dict(position)` saves. The trainer takes
+        one before fetching batches ahead, so that a checkpoint names the first batch not trained on."""
+        return {"epoch": self.epoch, "consumed": list(self._consumed), "next_worker": self._next_worker, "batches": self._batches,
+                "skipped": dict(self.skipped)}
+
+    def state_dict(self, position: dict | None = None) -> dict:
+        """This rank's position, now or at an earlier `position()` (save one per rank). Plain values:
+        JSON- and torch.save-safe."""
+        return {**(position or self.position()), "setup": self._setup()}
 
     def load_state_dict(self, state: dict) -> None:
         """Continue exactly where `state` was taken; the run must match in everything the stream depends on."""

@@ -7,7 +7,7 @@ saving leaves the previous checkpoint in charge. DeepSpeed's own `latest` file i
 the same reason.
 
 What DeepSpeed does not know travels in its `client_state`: the step, each rank's loader position
-and RNG states (gathered to every rank before saving, since only rank 0 writes client_state), the
+and RNG states (CPU, and CUDA of the rank's device; gathered to every rank before saving, since only rank 0 writes client_state), the
 best metric so far and the running target mean.
 """
 
@@ -44,13 +44,19 @@ def complete_tags(root: Path) -> list[str]:
 
 
 def rng_state() -> dict:
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    """This rank's generators: CPU torch, numpy, Python, and (with CUDA) its current device's."""
+    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()  # the device set by torch.cuda.set_device(LOCAL_RANK)
+    return state
 
 
 def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     np.random.set_state(state["numpy"])
     random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():  # a CPU checkpoint resumed on GPUs has none
+        torch.cuda.set_rng_state(state["cuda"])
 
 
 def gather_to_all(obj) -> list:
