@@ -35,3 +35,19 @@ def nci_shards_copy(tmp_path, nci_shards) -> Path:
             dest.write_bytes(path.read_bytes())
             os.chmod(dest, 0o644)
     return target
+
+
+@pytest.fixture(scope="session")
+def ego_shards(tmp_path_factory) -> tuple[Path, Path]:
+    """(graph store, ego-shard folder): a small synthetic anomaly graph (600 nodes, 10 continuous
+    features) cut by `gtscale shard graph-ego` into shards of 40 targets (read-only for tests)."""
+    from gtscale.cli import main
+    from gtscale.graphs.store import build_store
+    from gtscale.graphs.synthetic import synthetic_source
+
+    root = tmp_path_factory.mktemp("ego_shards")
+    build_store(synthetic_source(600, 3600, seed=3, anomaly_ratio=0.1), root / "store", feature_dtype="float16", progress=False)
+    code = main(["shard", "graph-ego", "--graph", str(root / "store"), "--out", str(root / "shards"), "--train-ratio", "0.4",
+                 "--shard-size", "40", "--fanouts", "5,3", "--max-nodes", "16", "--svd-rank", "4", "--no-progress"])
+    assert code == 0
+    return root / "store", root / "shards"

@@ -14,6 +14,16 @@ the load average before and after is printed to judge that); peak memory (CUDA:
 max_memory_allocated; CPU: peak RSS minus the RSS before the model was built, i.e. parameters,
 gradients, optimizer state and activations); FLOPs per step counted by torch's FlopCounterMode, and on a GPU of known peak the
 model FLOP utilisation. The loss is PCQM4Mv2's MAE against fixed random targets.
+
+Sparse models (the sparse Energy Transformer; MNA-GT with --graph generated) are measured on a
+generated graph instead: --nodes nodes and --edges uniformly random directed edges with
+continuous and/or categorical node features as the model reads them and 5 % anomalous node
+labels, as one EdgeBatch (MNA-GT: split into graphs of --graph-nodes nodes, its ego subgraphs);
+the loss is App. C's weighted BCE of a node head, the figures nodes/s and peak memory.
+
+For ET and MNA-GT a plain implementation written the obvious way (bench/reference.py: ET's
+update by autograd of the energy, MNA-GT's Âᵏ X by dense products) runs in the same invocation on
+the same batch with the same parameters, and the ratios are printed.
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ import torch
 from gtscale.io import atomic_write_text
 from gtscale.format import schema
 from gtscale.loader.batch import Batch
+from gtscale.loader.edge_batch import EdgeBatch
 from gtscale.errors import UserError
 from gtscale.models import build_head, build_model, load_model_config, parse_model_config
 
@@ -62,6 +73,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--peak-tflops", type=float, default=None, help="device peak for MFU when not in the built-in table")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    parser.add_argument("--graph", choices=("auto", "molecules", "generated"), default="auto",
+                        help="molecules (dense batch) or a generated large graph; auto = generated for sparse ET")
+    parser.add_argument("--nodes", type=int, default=50_000, help="generated graph: nodes")
+    parser.add_argument("--edges", type=int, default=500_000, help="generated graph: directed edges")
+    parser.add_argument("--graph-nodes", type=int, default=1000, help="generated graph for MNA-GT: nodes per (ego) subgraph")
+    parser.add_argument("--no-reference", action="store_true", help="skip the plain implementation (ET, MNA-GT)")
 
 
 # --- the batch ---------------------------------------------------------------------------------
@@ -106,7 +123,7 @@ def sample_molecules(count: int, seed: int, max_atoms: int) -> list[str]:
 
 #: Batch fields of the bench, and whether each is per pair ([B, N, N, ...]) or per node.
 _PAIR_FIELDS = ("edge_feat", "spd", "path_edges")
-_NODE_FIELDS = ("node_feat", "node_mask", "in_degree", "out_degree", "svd_pe")
+_NODE_FIELDS = ("node_feat", "node_mask", "in_degree", "out_degree", "svd_pe", "lap_pe")
 
 
 def _pad_field(name: str, t: torch.Tensor, extra: int) -> torch.Tensor:
@@ -121,11 +138,11 @@ def _pad(batch: Batch, num_nodes: int) -> Batch:
     extra = num_nodes - batch.max_nodes
     if extra <= 0:
         return batch
-    fields = {name: _pad_field(name, getattr(batch, name), extra) for name in _PAIR_FIELDS + _NODE_FIELDS}
+    fields = {name: _pad_field(name, getattr(batch, name), extra) for name in _PAIR_FIELDS + _NODE_FIELDS if getattr(batch, name) is not None}
     return Batch(**fields, idx=batch.idx)
 
 
-def molecule_batch(smiles: list[str], pad_to: int | None, svd_rank: int, path_hops: int) -> Batch:
+def molecule_batch(smiles: list[str], pad_to: int | None, svd_rank: int, path_hops: int, lap_k: int = 0) -> Batch:
     """Dense Batch of the molecules through the data pipeline's own featurizer, structure and
     collate, padded to the largest molecule or to `pad_to` nodes."""
     from gtscale.loader.collate import collate
@@ -133,15 +150,35 @@ def molecule_batch(smiles: list[str], pad_to: int | None, svd_rank: int, path_ho
     from gtscale.prep.featurize import featurize_smiles
     from gtscale.prep.structure import StructureOptions, structure
 
-    options = StructureOptions(svd_rank=max(svd_rank, 1), lap_k=0)
+    options = StructureOptions(svd_rank=max(svd_rank, 1), lap_k=lap_k)
     records = []
     for i, s in enumerate(smiles):
         arrays = featurize_smiles(s)
         n = arrays[schema.X].shape[0]
         arrays.update(structure(arrays[schema.EDGE_INDEX], n, options))
         records.append(Record(key=f"nci-{i}", shard="bench", num_nodes=n, idx=i, arrays=arrays))
-    keys = (schema.SPD, schema.IN_DEGREE, schema.OUT_DEGREE, schema.SVD_PE)
+    keys = (schema.SPD, schema.IN_DEGREE, schema.OUT_DEGREE, schema.SVD_PE) + ((schema.LAP_PE,) if lap_k else ())
     return _pad(collate(records, keys, max_dist=max(path_hops, 1)), pad_to or 0)
+
+
+def generated_graph(nodes: int, edges: int, graph_nodes: int | None, typed, seed: int) -> EdgeBatch:
+    """A random graph as an EdgeBatch: uniform random directed edges (within each subgraph of
+    `graph_nodes` nodes when given), the node inputs the model reads, 5 % anomalous labels."""
+    gen = torch.Generator().manual_seed(seed)
+    per = graph_nodes or nodes
+    num_graphs = -(-nodes // per)
+    graph_index = torch.arange(nodes) // per
+    src = torch.randint(0, nodes, (edges,), generator=gen)
+    start = graph_index[src] * per
+    size = torch.clamp(nodes - start, max=per)
+    dst = start + (torch.rand(edges, generator=gen) * size).long()
+    vocab = getattr(typed, "node_vocab", [])
+    node_feat = torch.stack([torch.randint(1, v + 1, (nodes,), generator=gen) for v in vocab], 1) if vocab else None
+    in_features = getattr(typed, "node_float_dim", 0)
+    x_float = torch.randn(nodes, in_features, generator=gen) if in_features else None
+    labels = (torch.rand(nodes, generator=gen) < 0.05).float()
+    return EdgeBatch(edge_index=torch.stack([src, dst]), graph_index=graph_index, num_graphs=num_graphs,
+                     node_feat=node_feat, x_float=x_float, node_y=labels, node_y_mask=torch.ones(nodes, dtype=torch.bool))
 
 
 # --- one measurement (in its own process) ------------------------------------------------------
@@ -173,10 +210,14 @@ def _peak_flops(device: torch.device, precision: str, override: float | None) ->
     return next((peaks[precision] for key, peaks in PEAK_FLOPS.items() if key in name), None)
 
 
-def measure(cfg: dict, batch: Batch, precision: str, steps: int, warmup: int, threads: int,
-            device_name: str, seed: int, peak_tflops: float | None) -> dict:
-    """Train `steps` timed steps on `batch`; the figures of one precision."""
+def measure(cfg: dict, batch: Batch | EdgeBatch, precision: str, steps: int, warmup: int, threads: int,
+            device_name: str, seed: int, peak_tflops: float | None, implementation: str = "model") -> dict:
+    """Train `steps` timed steps on `batch`; the figures of one precision and implementation
+    ("model", or "plain": bench/reference.py's obvious version with the same parameters)."""
     from torch.utils.flop_counter import FlopCounterMode
+
+    from gtscale.bench.reference import plain_version
+    from gtscale.models.et import anomaly_loss
 
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
@@ -185,9 +226,13 @@ def measure(cfg: dict, batch: Batch, precision: str, steps: int, warmup: int, th
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     rss_before = _rss_bytes()
-    model = build_model(cfg).to(device).train()
-    head = build_head(_graph_head(cfg), model).to(device)
-    params = [*model.parameters(), *head.parameters()]
+    model = build_model(cfg)
+    if implementation == "plain":
+        model = plain_version(model)
+    model = model.to(device).train()
+    node_task = isinstance(batch, EdgeBatch)
+    head = build_head({"kind": "node", "num_outputs": 1} if node_task else _graph_head(cfg), model).to(device)
+    params = list({id(p): p for p in [*model.parameters(), *head.parameters()]}.values())
     optimizer, optimizer_name = _adamw(params)
     target = torch.randn(batch.num_graphs, head.cfg.num_outputs, device=device)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
@@ -195,7 +240,10 @@ def measure(cfg: dict, batch: Batch, precision: str, steps: int, warmup: int, th
     def step() -> None:
         with autocast:
             scores = head(model(batch))
-        loss = (scores.float() - target).abs().mean()
+        if node_task:
+            loss = anomaly_loss(scores[:, 0], batch.node_y)
+        else:
+            loss = (scores.float() - target).abs().mean()
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -223,9 +271,12 @@ def measure(cfg: dict, batch: Batch, precision: str, steps: int, warmup: int, th
         peak_mem = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - rss_before
     achieved = flops / seconds
     peak = _peak_flops(device, precision, peak_tflops)
+    num_nodes = batch.num_nodes if node_task else int(batch.node_mask.sum())
     return {
         "precision": precision,
+        "implementation": implementation,
         "graphs_per_s": batch.num_graphs / seconds,
+        "nodes_per_s": num_nodes / seconds,
         "step_ms": seconds * 1e3,
         "step_ms_min": min(times) * 1e3,
         "peak_mem_mb": peak_mem / 2**20,
@@ -251,10 +302,16 @@ def _print(setup: dict, results: list[dict]) -> None:
     print("model config:")
     for key, value in setup["model_config"].items():
         print(f"  {key}: {value}")
-    print(
-        f"batch: {setup['batch_size']} NCI molecules, heavy atoms mean {setup['atoms_mean']:.1f} "
-        f"max {setup['atoms_max']}, padded N = {setup['padded_nodes']}; seed {setup['seed']}"
-    )
+    if setup["graph"] == "generated":
+        print(
+            f"batch: generated graph, {setup['nodes']:,} nodes, {setup['edges']:,} random edges, "
+            f"{setup['num_graphs']} graph(s); seed {setup['seed']}"
+        )
+    else:
+        print(
+            f"batch: {setup['batch_size']} NCI molecules, heavy atoms mean {setup['atoms_mean']:.1f} "
+            f"max {setup['atoms_max']}, padded N = {setup['padded_nodes']}; seed {setup['seed']}"
+        )
     print(
         f"device: {setup['device']}; threads {setup['threads']}; torch {setup['torch']}; "
         f"steps {setup['steps']} (+{setup['warmup']} warmup); parameters {results[0]['parameters']:,}; "
@@ -262,33 +319,41 @@ def _print(setup: dict, results: list[dict]) -> None:
         f"activation checkpointing {setup['checkpointing']}; 1-min load average "
         f"{setup['load_average_before']:.2f} before, {setup['load_average_after']:.2f} after"
     )
-    print(f"{'precision':<10}{'graphs/s':>10}{'step ms':>10}{'min ms':>9}{'peak MiB':>10}{'GFLOP/step':>12}{'TFLOP/s':>9}{'MFU':>7}")
+    print(f"{'precision':<10}{'impl':<7}{'graphs/s':>10}{'nodes/s':>11}{'step ms':>10}{'min ms':>9}{'peak MiB':>10}{'GFLOP/step':>12}{'TFLOP/s':>9}{'MFU':>7}")
     for r in results:
         mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "-"
         print(
-            f"{r['precision']:<10}{r['graphs_per_s']:>10.1f}{r['step_ms']:>10.1f}{r['step_ms_min']:>9.1f}{r['peak_mem_mb']:>10.0f}"
-            f"{r['gflop_per_step']:>12.1f}{r['achieved_tflops']:>9.3f}{mfu:>7}"
+            f"{r['precision']:<10}{r['implementation']:<7}{r['graphs_per_s']:>10.1f}{r['nodes_per_s']:>11.0f}{r['step_ms']:>10.1f}"
+            f"{r['step_ms_min']:>9.1f}{r['peak_mem_mb']:>10.0f}{r['gflop_per_step']:>12.1f}{r['achieved_tflops']:>9.3f}{mfu:>7}"
+        )
+    for ratio in setup.get("ratios", []):
+        print(
+            f"{ratio['precision']}: model / plain throughput {ratio['speedup']:.2f}x, "
+            f"peak memory plain / model {ratio['memory_saving']:.2f}x"
         )
 
 
+def _has_plain(cfg: dict) -> bool:
+    return cfg.get("name") in ("et", "mnagt")
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.batch_size < 1 or args.steps < 1 or args.warmup < 0 or args.threads < 1:
-        raise UserError("--batch-size, --steps and --threads must be positive, --warmup >= 0")
+    if args.batch_size < 1 or args.steps < 1 or args.warmup < 0 or args.threads < 1 or args.nodes < 1 or args.edges < 0 or args.graph_nodes < 1:
+        raise UserError("--batch-size, --steps, --threads, --nodes and --graph-nodes must be positive, --warmup and --edges >= 0")
     cfg = load_model_config(args.model)
     typed = parse_model_config(cfg)
     if args.checkpointing:
         cfg["activation_checkpointing"] = True
     device = _device(args.device)
-    smiles = sample_molecules(args.batch_size, args.seed, args.pad_to or PCQM4MV2_MAX_ATOMS)
-    batch = molecule_batch(smiles, args.pad_to, getattr(typed, "svd_rank", 0), getattr(typed, "multi_hop_max_dist", 0))
-    atoms = batch.node_mask.sum(dim=1)
+    graph_kind = args.graph
+    if graph_kind == "auto":
+        graph_kind = "generated" if getattr(typed, "form", None) == "sparse" else "molecules"
+    if graph_kind == "generated" and not (cfg["name"] == "mnagt" or getattr(typed, "form", None) == "sparse"):
+        raise UserError(f"--graph generated: {args.model} is a dense model (use the sparse ET or MNA-GT)")
     setup = {
         "model": str(args.model),
         "model_config": {k: v for k, v in cfg.items() if k != "head"} | {"head": _graph_head(cfg)},
-        "batch_size": args.batch_size,
-        "padded_nodes": batch.max_nodes,
-        "atoms_mean": atoms.float().mean().item(),
-        "atoms_max": int(atoms.max()),
+        "graph": graph_kind,
         "seed": args.seed,
         "device": torch.cuda.get_device_name(device) if device.startswith("cuda") else f"cpu ({platform.processor() or platform.machine()})",
         "threads": args.threads,
@@ -298,11 +363,35 @@ def run(args: argparse.Namespace) -> int:
         "checkpointing": args.checkpointing,
         "load_average_before": os.getloadavg()[0],
     }
+    if graph_kind == "generated":
+        batch = generated_graph(args.nodes, args.edges, args.graph_nodes if cfg["name"] == "mnagt" else None, typed, args.seed)
+        setup |= {"nodes": args.nodes, "edges": args.edges, "num_graphs": batch.num_graphs}
+    else:
+        smiles = sample_molecules(args.batch_size, args.seed, args.pad_to or PCQM4MV2_MAX_ATOMS)
+        batch = molecule_batch(smiles, args.pad_to, getattr(typed, "svd_rank", 0), getattr(typed, "multi_hop_max_dist", 0), getattr(typed, "lap_k", 0))
+        atoms = batch.node_mask.sum(dim=1)
+        setup |= {
+            "batch_size": args.batch_size,
+            "padded_nodes": batch.max_nodes,
+            "atoms_mean": atoms.float().mean().item(),
+            "atoms_max": int(atoms.max()),
+        }
+    implementations = ["model"] + (["plain"] if _has_plain(cfg) and not args.no_reference else [])
     context = multiprocessing.get_context("spawn")
     results = []
     for precision in args.precision:
-        with context.Pool(1) as pool:
-            results.append(pool.apply(measure, (cfg, batch, precision, args.steps, args.warmup, args.threads, device, args.seed, args.peak_tflops)))
+        for implementation in implementations:
+            with context.Pool(1) as pool:
+                results.append(pool.apply(measure, (cfg, batch, precision, args.steps, args.warmup, args.threads, device, args.seed, args.peak_tflops, implementation)))
+    by_key = {(r["precision"], r["implementation"]): r for r in results}
+    setup["ratios"] = [
+        {
+            "precision": p,
+            "speedup": by_key[(p, "model")]["nodes_per_s"] / by_key[(p, "plain")]["nodes_per_s"],
+            "memory_saving": by_key[(p, "plain")]["peak_mem_mb"] / max(by_key[(p, "model")]["peak_mem_mb"], 1e-9),
+        }
+        for p in args.precision if (p, "plain") in by_key
+    ]
     setup["load_average_after"] = os.getloadavg()[0]
     _print(setup, results)
     if args.json:

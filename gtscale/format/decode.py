@@ -96,22 +96,43 @@ def decode_array(data: memoryview | bytes, name: str) -> np.ndarray:
 
 def _check_shapes(arrays: Mapping[str, np.ndarray], n: int) -> str | None:
     """Why the arrays break the record contract for a graph of n nodes, or None."""
-    x, edge_index, edge_attr = arrays[schema.X], arrays[schema.EDGE_INDEX], arrays[schema.EDGE_ATTR]
-    if x.ndim != 2:
-        return f"x has shape {x.shape}, expected [N, F]"
-    if edge_index.ndim != 2 or edge_index.shape[0] != 2 or edge_attr.ndim != 2 or edge_attr.shape[0] != edge_index.shape[1]:
+    feature_key = schema.X if schema.X in arrays else schema.X_FLOAT
+    if arrays[feature_key].ndim != 2:
+        return f"{feature_key} has shape {arrays[feature_key].shape}, expected [N, F]"
+    edge_index, edge_attr = arrays[schema.EDGE_INDEX], arrays.get(schema.EDGE_ATTR)
+    if edge_index.ndim != 2 or edge_index.shape[0] != 2:
+        return f"edge_index has shape {edge_index.shape}, expected [2, E]"
+    if edge_attr is not None and (edge_attr.ndim != 2 or edge_attr.shape[0] != edge_index.shape[1]):
         return f"edge_index {edge_index.shape} and edge_attr {edge_attr.shape} do not describe the same E edges"
     if edge_index.size and (edge_index.min() < 0 or edge_index.max() >= n):
         return f"edge_index holds node ids outside 0..{n - 1}"
     expected = {
         schema.SPD: (n, n), schema.PRED: (n, n), schema.IN_DEGREE: (n,), schema.OUT_DEGREE: (n,), schema.NODE_Y: (n,),
+        schema.NODE_ID: (n,),
     }
     for key, array in arrays.items():
         if key in expected and array.shape != expected[key]:
             return f"{key} has shape {array.shape}, expected {expected[key]}"
         if key in (schema.SVD_PE, schema.LAP_PE) and (array.ndim != 2 or array.shape[0] != n):
             return f"{key} has shape {array.shape}, expected [{n}, *]"
+    targets = arrays.get(schema.TARGET_NODES)
+    if targets is not None:
+        if targets.ndim != 1 or (targets.size and (targets.min() < 0 or targets.max() >= n)):
+            return f"target_nodes {targets.shape} must be a vector of node indices in 0..{n - 1}"
+        labels = arrays.get(schema.TARGET_Y)
+        if labels is not None and labels.shape != targets.shape:
+            return f"target_y has shape {labels.shape}, target_nodes {targets.shape}: one label per target"
     return None
+
+
+def _feature_keys(members: Mapping[str, memoryview], shard: str, key: str) -> tuple[str, ...]:
+    """The node-feature key of this record and the keys that go with it: x with edge_attr
+    (categorical, molecules) or x_float alone (continuous, sampled subgraphs)."""
+    if "x.npy" in members:
+        return (schema.X, schema.EDGE_ATTR)
+    if "x_float.npy" in members:
+        return (schema.X_FLOAT,)
+    raise ShardError(shard, key, "no x.npy or x_float.npy (node features), which every record has (incomplete sample)")
 
 
 def decode_record(key: str, members: Mapping[str, memoryview], shard: str, keys: Iterable[str]) -> Record:
@@ -126,9 +147,12 @@ def decode_record(key: str, members: Mapping[str, memoryview], shard: str, keys:
     except (ValueError, KeyError, TypeError) as err:
         raise ShardError(shard, key, f"meta.json is not a JSON object with an integer 'idx' ({err})") from err
     arrays = {}
-    for field in (schema.X, schema.EDGE_INDEX, schema.EDGE_ATTR, *keys):
+    features = _feature_keys(members, shard, key)
+    for field in dict.fromkeys((*features, *schema.REQUIRED_KEYS, *keys)):
+        if field == schema.META:
+            continue
         member = members.get(f"{field}.npy")
-        if member is None and field in schema.REQUIRED_KEYS:
+        if member is None and field in (*features, *schema.REQUIRED_KEYS):
             raise ShardError(shard, key, f"no {field}.npy, which every record has (incomplete sample)")
         if member is None:
             raise MissingKeyError(shard, key, field)
@@ -136,7 +160,7 @@ def decode_record(key: str, members: Mapping[str, memoryview], shard: str, keys:
             arrays[field] = decode_array(member, f"{field}.npy")
         except ValueError as err:  # UnsafeArrayError included
             raise ShardError(shard, key, str(err)) from err
-    n = int(arrays[schema.X].shape[0]) if arrays[schema.X].ndim else 0
+    n = int(arrays[features[0]].shape[0]) if arrays[features[0]].ndim else 0
     problem = _check_shapes(arrays, n)
     if problem is not None:
         raise ShardError(shard, key, problem)

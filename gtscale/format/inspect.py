@@ -51,47 +51,88 @@ def describe_record(key: str, record: dict) -> list[str]:
     return lines
 
 
-def verify(manifest: dict) -> list[str]:
-    """One line per problem (empty when every shard matches the manifest)."""
+def read_problem(path: Path) -> str | None:
+    """None when every record of the shard decodes; else why not (truncated, corrupt, a pickle)."""
+    try:
+        for _ in iter_shard(path):
+            pass
+    except (ShardError, ValueError, EOFError, OSError) as err:  # ValueError: a bad .npy header, an object array, bad JSON
+        return f"unreadable ({err})"
+    return None
+
+
+def verify_shard(root: Path, shard: dict) -> str | None:
+    """One line naming the shard when it does not match its manifest entry, else None."""
+    path = root / shard["path"]
+    if not path.is_file():
+        return f"{path}: missing"
+    if sha256_file(path) != shard["sha256"]:
+        return f"{path}: sha256 differs from the manifest"
+    try:
+        count = sum(1 for _ in iter_shard(path))
+    except (ShardError, ValueError, EOFError, OSError) as err:
+        return f"{path}: unreadable ({err})"
+    if count != shard["samples"]:
+        return f"{path}: {count} samples, manifest says {shard['samples']}"
+    return None
+
+
+def verify(manifest: dict) -> tuple[list[str], set[str]]:
+    """(one line per problem, paths of the shards that verified)."""
     root = Path(manifest["_dir"])
-    problems = []
-    shards = [(split, s) for split, info in manifest["splits"].items() for s in info["shards"]]
-    for split, shard in tqdm(shards, desc="verify", unit="shard"):
-        path = root / shard["path"]
-        if not path.is_file():
-            problems.append(f"{path}: missing")
-            continue
-        if sha256_file(path) != shard["sha256"]:
-            problems.append(f"{path}: sha256 differs from the manifest")
-            continue
-        try:
-            count = sum(1 for _ in iter_shard(path))
-        except (ShardError, ValueError) as err:  # truncated, corrupt, or holding a pickle
-            problems.append(f"{path}: unreadable ({err})")
-            continue
-        if count != shard["samples"]:
-            problems.append(f"{path}: {count} samples, manifest says {shard['samples']}")
-    return problems
+    problems, good = [], set()
+    shards = [s for info in manifest["splits"].values() for s in info["shards"]]
+    for shard in tqdm(shards, desc="verify", unit="shard"):
+        problem = verify_shard(root, shard)
+        if problem:
+            problems.append(problem)
+        else:
+            good.add(shard["path"])
+    return problems, good
+
+
+def preview_split(manifest: dict, requested: str | None) -> str | None:
+    """The split whose first record is shown: --split (which must hold shards), else the first with shards."""
+    splits = manifest["splits"]
+    if requested is None:
+        return next((s for s in splits if splits[s]["shards"]), None)
+    if requested not in splits:
+        raise UserError(f"--split {requested!r}: not in the manifest (has {', '.join(splits)})")
+    if not splits[requested]["shards"]:
+        raise UserError(f"--split {requested!r}: has no shards in {manifest['_dir']} ({splits[requested].get('samples', 0)} samples)")
+    return requested
+
+
+def preview(path: Path) -> None:
+    for key, record in iter_shard(path):
+        print("\n".join(describe_record(key, record)))
+        break
 
 
 def run(args: argparse.Namespace) -> int:
     manifest = load_manifest(args.path)
     print("\n".join(summary(manifest)))
-    splits = [s for s in manifest["splits"] if manifest["splits"][s]["shards"]]
-    split = args.split or (splits[0] if splits else None)
-    if split is not None:
-        if split not in manifest["splits"]:
-            raise UserError(f"--split {split!r}: not in the manifest (has {', '.join(manifest['splits'])})")
-        first = Path(manifest["_dir"]) / manifest["splits"][split]["shards"][0]["path"]
-        if not first.is_file():
-            raise UserError(f"{first}: listed in the manifest but missing")
-        for key, record in iter_shard(first):
-            print("\n".join(describe_record(key, record)))
-            break
-    if args.verify:
-        problems = verify(manifest)
-        for line in problems:
-            print(f"FAIL {line}")
-        print(f"verify: {'OK' if not problems else f'{len(problems)} problem(s)'}")
-        return 1 if problems else 0
-    return 0
+    split = preview_split(manifest, args.split)
+    root = Path(manifest["_dir"])
+    shards = [s["path"] for s in manifest["splits"][split]["shards"]] if split else []
+    if not args.verify:
+        if shards:
+            first = root / shards[0]
+            if not first.is_file():
+                raise UserError(f"{first}: listed in the manifest but missing")
+            problem = read_problem(first)
+            if problem:
+                raise UserError(f"{first}: {problem}; run gtscale inspect --verify to check every shard")
+            preview(first)
+        return 0
+    # Every shard is checked before anything is decoded for show, so one bad shard cannot hide the rest.
+    problems, good = verify(manifest)
+    for line in problems:
+        print(f"FAIL {line}")
+    shown = next((p for p in shards if p in good), None)
+    if shown is not None:
+        preview(root / shown)
+    elif shards:
+        print(f"no shard of split {split!r} verified: no record shown")
+    print(f"verify: {'OK' if not problems else f'{len(problems)} problem(s)'}")
+    return 1 if problems else 0

@@ -7,10 +7,14 @@ manifest's folder and every shard carries its sample count, size and sha256.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+
+import numpy as np
 
 from gtscale.errors import UserError
 from gtscale.io import atomic_write_text
+
 MANIFEST_FILE = "manifest.json"
 PLAN_FILE = "plan.json"  # written by every part at its start: what the whole run will produce
 PARTS_DIR = "parts"  # one JSON per finished shard
@@ -42,6 +46,38 @@ def _read_json(path: Path) -> dict:
         raise UserError(f"{path}: corrupt ({err}); delete it and rerun the part that writes it") from err
 
 
+def dedup_order(splits: list[str]) -> list[str]:
+    """The order in which copies of a molecule are met: train, then validation splits (val…), then
+    the rest by name (plan.json stores splits sorted by name, so dict order cannot decide). The first
+    copy is the one --drop-duplicates keeps: evaluation splits lose the molecules training sees."""
+    return sorted(splits, key=lambda split: (split != "train", not split.startswith("val"), split))
+
+
+def count_duplicates(keyed: list[tuple[str, str]]) -> dict:
+    """(split, molecule key) per written record in dedup order → how many repeat an earlier record,
+    and how many of those repeat one of another split (train/test leakage)."""
+    if not keyed:
+        return {"molecules": 0, "across_splits": 0}
+    splits = np.array([s for s, _ in keyed])
+    keys = np.array([int(k, 16) for _, k in keyed], dtype=np.uint64)
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    first_of = first[inverse]
+    repeat = first_of != np.arange(len(keys))
+    return {"molecules": int(repeat.sum()), "across_splits": int((repeat & (splits != splits[first_of])).sum())}
+
+
+def duplicate_note(manifest: dict) -> str | None:
+    """A warning line when the written records hold repeated molecules."""
+    dup = manifest.get("duplicates", {})
+    if not dup.get("molecules"):
+        return None
+    order = ", ".join(dedup_order(list(manifest["splits"])))
+    return (
+        f"warning: {dup['molecules']} records repeat an earlier molecule (same canonical SMILES), {dup['across_splits']} of them "
+        f"in another split than its first copy; --drop-duplicates keeps only the first copy (splits in order {order})"
+    )
+
+
 def merge_parts(out_dir: Path) -> dict:
     """Assemble manifest.json and rejects.tsv from plan.json and parts/*.json.
 
@@ -50,9 +86,11 @@ def merge_parts(out_dir: Path) -> dict:
     if not plan_path.is_file():
         raise UserError(f"{plan_path}: no sharding plan here (run `gtscale shard` first)")
     plan = _read_json(plan_path)
-    splits, reject_rows = {}, []
+    splits, reject_rows, keys = {}, [], {}
+    dropped = plan.get("dropped_duplicates", {})
     for split, info in plan["splits"].items():
         shards, rejected = [], {}
+        keys[split] = []
         for name in info["shards"]:
             part_path = out_dir / PARTS_DIR / f"{name}.json"
             part = _read_json(part_path) if part_path.is_file() else None
@@ -62,13 +100,44 @@ def merge_parts(out_dir: Path) -> dict:
             for reason, count in part["rejected"].items():
                 rejected[reason] = rejected.get(reason, 0) + count
             reject_rows += [(idx, split, reason) for idx, reason in part["rejects"]]
+            keys[split] += [key for _, key in part.get("keys", [])]
+        if dropped.get(split):
+            rejected["duplicate"] = len(dropped[split])
+            reject_rows += [(idx, split, f"duplicate_of:{first}") for idx, first in dropped[split]]
         splits[split] = {
             "rows": info["rows"],
             "samples": sum(s["samples"] for s in shards),
             "rejected": dict(sorted(rejected.items())),
             "shards": shards,
         }
-    manifest = {k: v for k, v in plan.items() if k != "splits"} | {"splits": splits}
+    duplicates = count_duplicates([(split, key) for split in dedup_order(list(keys)) for key in keys[split]])
+    duplicates["dropped"] = sum(len(rows) for rows in dropped.values())
+    manifest = {k: v for k, v in plan.items() if k not in ("splits", "dropped_duplicates")} | {"splits": splits, "duplicates": duplicates}
     atomic_write_text(out_dir / REJECTS_FILE, "idx\tsplit\treason\n" + "".join(f"{i}\t{s}\t{r}\n" for i, s, r in sorted(reject_rows, key=lambda row: (row[1], row[0]))))
     atomic_write_text(out_dir / MANIFEST_FILE, json.dumps(manifest, indent=1, sort_keys=True))
+    manifest["_removed"] = remove_unlisted(out_dir, manifest)
     return manifest
+
+
+#: Names the sharder gives its own files: <split>/<split>-NNNNNN.tar (.tmp while written), parts/<split>-NNNNNN.json.
+_SHARD_NAME = re.compile(r"(?P<split>[^/]+)/(?P=split)-\d{6}\.tar(\.tmp)?")
+_PART_NAME = re.compile(r".+-\d{6}\.json")
+
+
+def remove_unlisted(out_dir: Path, manifest: dict) -> list[str]:
+    """Delete the shards and part files of an earlier plan that this manifest does not list.
+
+    A rerun with another plan (a smaller --shard-size, fewer molecules) would otherwise leave old
+    shards beside the new ones, where a glob or a user would take them for data. Removing them
+    rather than refusing the rerun: only files with the names the sharder itself gives are touched,
+    and only after the new manifest, which no longer lists them, is in place. Returns their paths."""
+    listed = {s["path"] for info in manifest["splits"].values() for s in info["shards"]}
+    parts = {f"{Path(p).stem}.json" for p in listed}
+    stale = [p for p in out_dir.glob("*/*.tar*") if _SHARD_NAME.fullmatch(p.relative_to(out_dir).as_posix()) and p.relative_to(out_dir).as_posix() not in listed]
+    stale += [p for p in (out_dir / PARTS_DIR).glob("*.json") if _PART_NAME.fullmatch(p.name) and p.name not in parts]
+    for path in stale:
+        path.unlink(missing_ok=True)
+    for folder in {p.parent for p in stale}:
+        if folder.name != PARTS_DIR and not any(folder.iterdir()):
+            folder.rmdir()  # the folder of a split the new plan does not have
+    return sorted(str(p) for p in stale)

@@ -59,17 +59,21 @@ NODE_ID = "node_id"
 TARGET_NODES = "target_nodes"
 TARGET_Y = "target_y"
 
-#: Keys every record has; the rest depend on the transform options.
-REQUIRED_KEYS = (X, EDGE_INDEX, EDGE_ATTR, META)
-#: Which sharder option produces an optional key (used in "missing key" errors).
+#: Keys every record has; the rest depend on the transform options. A record's node features are
+#: either categorical (x, with edge_attr: molecules) or continuous (x_float, no edge attributes:
+#: sampled subgraphs); NODE_FEATURE_KEYS lists the choice, the first one present wins.
+REQUIRED_KEYS = (EDGE_INDEX, META)
+NODE_FEATURE_KEYS = (X, X_FLOAT)
+#: What makes the sharder produce an optional key (used in "missing key" errors): what the user
+#: must do, so the on-by-default keys name the flag to leave out.
 PRODUCED_BY = {
-    SPD: "--spd (on by default)",
-    PRED: "--spd (on by default)",
-    IN_DEGREE: "--degree (on by default)",
-    OUT_DEGREE: "--degree (on by default)",
-    SVD_PE: "--svd-rank R (R > 0)",
-    LAP_PE: "--lap-k K (K > 0)",
-    LAP_EIGVAL: "--lap-k K (K > 0)",
+    SPD: "`gtscale shard` without --no-spd (shortest paths are on by default)",
+    PRED: "`gtscale shard` without --no-spd (shortest paths are on by default)",
+    IN_DEGREE: "`gtscale shard` without --no-degree (degrees are on by default)",
+    OUT_DEGREE: "`gtscale shard` without --no-degree (degrees are on by default)",
+    SVD_PE: "`gtscale shard --svd-rank R` with R > 0",
+    LAP_PE: "`gtscale shard --lap-k K` with K > 0",
+    LAP_EIGVAL: "`gtscale shard --lap-k K` with K > 0",
     Y: "a dataset with graph targets",
     NODE_Y: "a node-task dataset (sampled subgraphs)",
     X_FLOAT: "`gtscale shard graph-ego` (continuous node features)",

@@ -25,7 +25,7 @@ from gtscale import __version__
 from gtscale.format import schema
 from gtscale.format.manifest import PARTS_DIR, PLAN_FILE, merge_parts
 from gtscale.format.tario import ShardWriter, sample_key
-from gtscale.graphs.sample import EgoSampler, ego_structures
+from gtscale.graphs.sample import EgoSampler, EgoSubgraph, ego_structures
 from gtscale.graphs.store import MANIFEST, GraphStore
 from gtscale.io import atomic_write_text, sha256_file
 from gtscale.prep.structure import StructureOptions
@@ -66,7 +66,11 @@ def plan_tasks(splits: dict[str, np.ndarray], shard_size: int) -> list[EgoTask]:
 
 
 def ego_records(store: GraphStore, sampler: EgoSampler, targets: np.ndarray, options: EgoShardOptions) -> list[dict]:
-    subgraphs = sampler.sample(targets)
+    return subgraph_records(store, sampler.sample(targets), options)
+
+
+def subgraph_records(store: GraphStore, subgraphs: list[EgoSubgraph], options: EgoShardOptions) -> list[dict]:
+    """The records of sampled ego subgraphs (also what the online loader collates)."""
     structures = ego_structures(subgraphs, options.structure)
     records = []
     for sub, extra in zip(subgraphs, structures):
@@ -107,6 +111,12 @@ def _run(payload) -> tuple[int, dict]:
     return len(payload[0].targets), build_shard(*payload)
 
 
+def _label_counts(labels: np.ndarray, targets: np.ndarray) -> dict[str, int]:
+    """Targets per class of one split: the trainer's ω = normal / anomalous (ET eq. 22) comes from the train split's."""
+    counts = np.bincount(np.asarray(labels[np.sort(targets)], np.int64) + 1, minlength=3)  # −1 unknown, 0, 1
+    return {"unknown": int(counts[0]), "normal": int(counts[1]), "anomalous": int(counts[2])}
+
+
 def shard_graph_ego(store_path: Path, splits: dict[str, np.ndarray], split_rule: dict, out_dir: Path, options: EgoShardOptions,
                     workers: int = 1, progress: bool = True) -> dict:
     """Write (or complete) the ego shards of every split's targets; returns the manifest."""
@@ -124,7 +134,8 @@ def shard_graph_ego(store_path: Path, splits: dict[str, np.ndarray], split_rule:
         "sources": [{"path": str(Path(store_path) / MANIFEST), "sha256": graph_sha, "bytes": (Path(store_path) / MANIFEST).stat().st_size}],
         "transform": {**asdict(options.structure), "fanouts": list(options.fanouts), "max_nodes": options.max_nodes,
                       "sampler_seed": options.seed, "shard_size": options.shard_size, "split": split_rule},
-        "task": {"type": "node_binary_classification", "num_targets": 1, "target_names": ["anomalous"]},
+        "task": {"type": "node_binary_classification", "num_targets": 1, "target_names": ["anomalous"],
+                 "label_counts": {split: _label_counts(store.labels, t) for split, t in splits.items()}},  # ω of the weighted BCE
         "features": {"node_float": store.manifest["num_features"]},
         "splits": {split: {"rows": int(len(t)), "shards": [k.name for k in tasks if k.split == split]} for split, t in splits.items()},
     }

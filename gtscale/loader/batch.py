@@ -1,6 +1,7 @@
 """`Batch`: what models see. Dense, padded to the largest graph of the batch.
 
-Shapes use B graphs and N = the largest node count in the batch. Categorical features are
+Shapes use B graphs and N = the largest node count in the batch, T = the most target nodes of a
+graph (node tasks on sampled subgraphs; 1 for ego subgraphs). Categorical features are
 shifted by `schema.FEATURE_SHIFT` so that 0 means padding / no edge (see schema.py).
 """
 
@@ -28,7 +29,12 @@ class Batch:
     y_mask: Optional[torch.Tensor] = None  # bool [B, T]; True where labelled
     node_y: Optional[torch.Tensor] = None  # float [B, N]
     node_y_mask: Optional[torch.Tensor] = None  # bool [B, N]
-    idx: Optional[torch.Tensor] = None  # long [B]; the graph's idx in the source dataset
+    idx: Optional[torch.Tensor] = None  # long [B]; the graph's idx in the source dataset (ego subgraph: the target's global id)
+    node_feat_float: Optional[torch.Tensor] = None  # float [B, N, F]; continuous node features (node_feat is then [B, N, 0]); 0 on padding
+    target_node: Optional[torch.Tensor] = None  # long [B, T]; position of each target node in its graph (0 on padding)
+    target_id: Optional[torch.Tensor] = None  # long [B, T]; its global node id, −1 (FILLER_IDX) on padding and filler graphs
+    target_y: Optional[torch.Tensor] = None  # float [B, T]; its label, 0 where target_y_mask is False
+    target_y_mask: Optional[torch.Tensor] = None  # bool [B, T]; True where labelled
 
     @property
     def num_graphs(self) -> int:

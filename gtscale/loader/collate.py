@@ -6,6 +6,15 @@ ones), whose row-major order of True entries is exactly the row-major order of e
 array. Edges go through flat indices (b·N + u)·N + v. There is no per-graph Python loop beyond
 gathering the arrays.
 
+Node features are categorical (x → node_feat, molecules) or continuous (x_float → node_feat_float,
+sampled subgraphs of huge graphs; node_feat is then long [B, N, 0]). A record without edge_attr
+gets one edge-feature column whose only value says "an edge is here" (1 in edge_feat, 0 = no
+edge): models see the adjacency through the edge tables with edge_vocab [1].
+
+Node targets (key target_y): target_node [B, T] is each labelled node's position in its graph,
+target_id [B, T] its global node id (FILLER_IDX on padding and filler graphs), target_y and
+target_y_mask its label, with T the most targets of a graph in the batch (1 for ego subgraphs).
+
 Padding values: FEATURE_PAD (0) for categorical features and degrees, SPD_UNREACHABLE for hops,
 0.0 for encodings and for unlabelled targets (whose mask is False).
 
@@ -24,18 +33,24 @@ import torch
 from gtscale.format import schema
 from gtscale.loader.batch import Batch
 from gtscale.format.decode import Record
+from gtscale.loader.filler import FILLER_IDX
 from gtscale.loader.path_edges import PathError, edge_id_table, path_edge_ids, path_edges
 from gtscale.format.shardfile import ShardError
 
 #: Optional record keys that become the Batch field of the same name when asked for.
 BATCH_KEYS = (
     schema.SPD, schema.IN_DEGREE, schema.OUT_DEGREE, schema.SVD_PE, schema.LAP_PE, schema.LAP_EIGVAL, schema.Y, schema.NODE_Y,
+    schema.TARGET_Y,
 )
+#: Record keys a Batch key needs besides its own.
+_COMPANIONS = {schema.TARGET_Y: (schema.TARGET_NODES, schema.NODE_ID)}
+
 
 
 def record_keys(keys: Sequence[str], max_dist: int) -> tuple[str, ...]:
     """Record keys to decode for Batch fields `keys` (+ spd and pred for path edges)."""
     needed = list(keys)
+    needed += [c for k in keys for c in _COMPANIONS.get(k, ()) if c not in needed]
     if max_dist > 0:
         needed += [k for k in (schema.SPD, schema.PRED) if k not in needed]
     return tuple(needed)
@@ -85,14 +100,18 @@ def collate(records: Sequence[Record], keys: Sequence[str] = (), max_dist: int =
         out[pair_mask] = _gather(records, key, flatten=True)
         return out
 
-    x = _gather(records, schema.X).astype(np.int64) + schema.FEATURE_SHIFT
-    fields: dict[str, np.ndarray] = {
-        "node_feat": per_node(schema.X, np.int64, schema.FEATURE_PAD, x),
-        "node_mask": node_mask,
-    }
+    fields: dict[str, np.ndarray] = {"node_mask": node_mask}
+    edge_counts = [r.arrays[schema.EDGE_INDEX].shape[1] for r in records]
+    if _continuous(records):
+        fields["node_feat_float"] = per_node(schema.X_FLOAT, np.float32, 0.0)
+        fields["node_feat"] = np.zeros((b, n, 0), np.int64)
+        edge_attr = np.full((sum(edge_counts), 1), schema.FEATURE_SHIFT, np.int64)  # one column: "an edge"
+    else:
+        x = _gather(records, schema.X).astype(np.int64) + schema.FEATURE_SHIFT
+        fields["node_feat"] = per_node(schema.X, np.int64, schema.FEATURE_PAD, x)
+        edge_attr = _gather(records, schema.EDGE_ATTR).astype(np.int64) + schema.FEATURE_SHIFT
     edge_index = np.concatenate([r.arrays[schema.EDGE_INDEX] for r in records], axis=1).astype(np.int64)
-    edge_graph = np.repeat(np.arange(b), [r.arrays[schema.EDGE_INDEX].shape[1] for r in records])
-    edge_attr = _gather(records, schema.EDGE_ATTR).astype(np.int64) + schema.FEATURE_SHIFT
+    edge_graph = np.repeat(np.arange(b), edge_counts)
     edge_feat = np.full((b * n * n, edge_attr.shape[1]), schema.FEATURE_PAD, dtype=np.int64)
     edge_feat[(edge_graph * n + edge_index[0]) * n + edge_index[1]] = edge_attr
     fields["edge_feat"] = edge_feat.reshape(b, n, n, -1)
@@ -126,10 +145,38 @@ def collate(records: Sequence[Record], keys: Sequence[str] = (), max_dist: int =
         node_y = per_node(schema.NODE_Y, np.float32, np.nan)
         labelled = ~np.isnan(node_y)
         fields["node_y"], fields["node_y_mask"] = np.where(labelled, node_y, 0.0).astype(np.float32), labelled
+    if schema.TARGET_Y in keys:
+        fields.update(_targets(records))
     if max_dist > 0:
         fields["path_edges"] = _path_edges(records, sizes, pair_mask, spd, edge_index, edge_graph, edge_attr, max_dist)
     fields["idx"] = np.fromiter((r.idx for r in records), dtype=np.int64, count=b)
     return Batch(**{k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in fields.items()})
+
+
+def _continuous(records: Sequence[Record]) -> bool:
+    """Whether the batch's node features are x_float (else x); a batch never mixes the two."""
+    continuous = [schema.X_FLOAT in r.arrays for r in records]
+    if any(continuous) and not all(continuous):
+        odd = records[continuous.index(not continuous[0])]
+        kinds = ("x (categorical)", "x_float (continuous)")
+        raise ShardError(odd.shard, odd.key, f"has {kinds[not continuous[0]]} node features, others in its batch have {kinds[continuous[0]]}")
+    return continuous[0]
+
+
+def _targets(records: Sequence[Record]) -> dict[str, np.ndarray]:
+    """target_node, target_id, target_y, target_y_mask [B, T], padded with FILLER_IDX / unlabelled."""
+    counts = np.array([len(r.arrays[schema.TARGET_NODES]) for r in records])
+    t = max(int(counts.max()), 1)
+    slot = np.arange(t) < counts[:, None]
+    local = np.concatenate([r.arrays[schema.TARGET_NODES] for r in records]).astype(np.int64)
+    global_ids = np.concatenate([r.arrays[schema.NODE_ID][r.arrays[schema.TARGET_NODES].astype(np.int64)] for r in records]).astype(np.int64)
+    labels = np.concatenate([r.arrays[schema.TARGET_Y] for r in records]).astype(np.float32)
+    target_node, target_id = np.zeros(slot.shape, np.int64), np.full(slot.shape, FILLER_IDX, np.int64)
+    target_y = np.full(slot.shape, np.nan, np.float32)
+    target_node[slot], target_id[slot], target_y[slot] = local, global_ids, labels
+    labelled = ~np.isnan(target_y)
+    return {"target_node": target_node, "target_id": target_id, "target_y": np.where(labelled, target_y, 0.0).astype(np.float32),
+            "target_y_mask": labelled}
 
 
 def _path_edges(records, sizes, pair_mask, spd, edge_index, edge_graph, edge_attr, max_dist) -> np.ndarray:

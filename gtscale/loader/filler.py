@@ -14,7 +14,7 @@ FILLER_IDX = -1
 
 
 def filler_record(manifest: dict, keys: tuple[str, ...]) -> Record:
-    """A one-node record with every key in `keys`, its dimensions read from the manifest."""
+    """A one-node record with every key in `keys` (record keys), its dimensions read from the manifest."""
     transform, features, task = manifest.get("transform", {}), manifest.get("features", {}), manifest.get("task", {})
     dims = {
         schema.SVD_PE: ("transform.svd_rank", transform.get("svd_rank")),
@@ -26,10 +26,16 @@ def filler_record(manifest: dict, keys: tuple[str, ...]) -> Record:
         if key in dims and dims[key][1] is None:
             raise UserError(f"{manifest.get('_dir', 'manifest')}: no {dims[key][0]}, so a filler batch cannot be shaped like the real ones")
     svd_rank, lap_k, targets = (int(transform.get("svd_rank") or 0), int(transform.get("lap_k") or 0), int(task.get("num_targets") or 0))
+    if "node_float" in features:  # continuous node features (sampled subgraphs): no edge attributes
+        node_features = {schema.X_FLOAT: np.zeros((1, int(features["node_float"])), np.float16)}
+    else:
+        node_features = {
+            schema.X: np.zeros((1, len(features.get("node", schema.ATOM_FEATURE_DIMS))), np.uint8),
+            schema.EDGE_ATTR: np.zeros((0, len(features.get("edge", schema.BOND_FEATURE_DIMS))), np.uint8),
+        }
     arrays = {
-        schema.X: np.zeros((1, len(features.get("node", schema.ATOM_FEATURE_DIMS))), np.uint8),
+        **node_features,
         schema.EDGE_INDEX: np.zeros((2, 0), np.int16),
-        schema.EDGE_ATTR: np.zeros((0, len(features.get("edge", schema.BOND_FEATURE_DIMS))), np.uint8),
         schema.SPD: np.zeros((1, 1), np.uint8),
         schema.PRED: np.full((1, 1), schema.pred_sentinel(np.dtype(np.uint8)), np.uint8),
         schema.IN_DEGREE: np.zeros(1, np.uint8),
@@ -39,7 +45,10 @@ def filler_record(manifest: dict, keys: tuple[str, ...]) -> Record:
         schema.LAP_EIGVAL: np.zeros(lap_k, np.float16),
         schema.Y: np.full(targets, np.nan, np.float32),
         schema.NODE_Y: np.full(1, np.nan, np.float32),
+        schema.TARGET_NODES: np.zeros(0, np.int16),  # no target: target_id FILLER_IDX, unlabelled
+        schema.TARGET_Y: np.zeros(0, np.float32),
+        schema.NODE_ID: np.full(1, FILLER_IDX, np.int64),
     }
-    required = (schema.X, schema.EDGE_INDEX, schema.EDGE_ATTR, *keys)
+    required = (*node_features, schema.EDGE_INDEX, *keys)
     return Record("filler", "(filler)", 1, FILLER_IDX, {k: arrays[k] for k in required})
 

@@ -63,7 +63,8 @@ def ignore_stop_signals(worker_id: int) -> None:
     to every process of a job step) to the training process, which checkpoints and then ends them.
 
     SIGTERM is left alone: it is how torch and multiprocessing end workers (an ignored SIGTERM
-    hangs the exit), so a SIGTERM sent to the whole process group still kills the workers."""
+    hangs the exit), so a SIGTERM sent to the whole process group (scancel) still kills the workers;
+    the training process expects that and checkpoints all the same (gtscale/train/stop_signals.py)."""
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
 
 

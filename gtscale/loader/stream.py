@@ -170,10 +170,16 @@ class StreamLoader:
                  "shards": self._fingerprint(), **stream_config}
         return json.loads(json.dumps(setup))  # tuples → lists: equal to itself after any checkpoint format
 
-    def state_dict(self) -> dict:
-        """This rank's position (save one per rank). Plain values: JSON- and torch.save-safe."""
-        position = {"epoch": self.epoch, "consumed": list(self._consumed), "next_worker": self._next_worker, "batches": self._batches}
-        return {**position, "skipped": dict(self.skipped), "setup": self._setup()}
+    def position(self) -> dict:
+        """Where the stream stands now (cheap): what `state_dict(position)` saves. The trainer takes
+        one before fetching batches ahead, so that a checkpoint names the first batch not trained on."""
+        return {"epoch": self.epoch, "consumed": list(self._consumed), "next_worker": self._next_worker, "batches": self._batches,
+                "skipped": dict(self.skipped)}
+
+    def state_dict(self, position: dict | None = None) -> dict:
+        """This rank's position, now or at an earlier `position()` (save one per rank). Plain values:
+        JSON- and torch.save-safe."""
+        return {**(position or self.position()), "setup": self._setup()}
 
     def load_state_dict(self, state: dict) -> None:
         """Continue exactly where `state` was taken; the run must match in everything the stream depends on."""
@@ -224,7 +230,8 @@ def estimate_graphs_per_batch(shards: list[ShardEntry], config: LoaderConfig) ->
     for entry in shards:
         try:
             for key, members in iter_samples(read_shard(entry, config.verify_checksums), entry.name):
-                sizes.append(decode_array(members["x.npy"], "x.npy").shape[0])
+                features = "x.npy" if "x.npy" in members else "x_float.npy"  # categorical or continuous node features
+                sizes.append(decode_array(members[features], features).shape[0])
         except (ShardError, KeyError, ValueError) as err:
             if config.on_error == "raise":
                 raise err if isinstance(err, ShardError) else ShardError(entry.name, None, f"cannot read node counts ({err})")
@@ -233,6 +240,11 @@ def estimate_graphs_per_batch(shards: list[ShardEntry], config: LoaderConfig) ->
             break
     if not sizes:
         raise UserError(f"{shards[0].name}: no readable sample to size batches from")
+    return mean_graphs_per_batch(sizes, config)
+
+
+def mean_graphs_per_batch(sizes: list[int], config: LoaderConfig) -> float:
+    """Mean graphs per batch of `config`'s batcher over reshuffled passes of these node counts."""
     rng = random.Random(config.seed)
     batcher, graphs, batches = config.batcher(), 0, 0
     for _ in range(max(1, _ESTIMATE_GRAPHS // len(sizes))):  # several passes, so buckets fill many times

@@ -19,8 +19,10 @@ from torch import nn
 
 from gtscale.config import CONFIG_ROOT, from_dict, load_yaml
 from gtscale.errors import UserError
-from gtscale.models.config import EGTConfig, GraphormerConfig, HeadConfig
+from gtscale.models.config import EGTConfig, ETConfig, GraphormerConfig, HeadConfig, MNAGTConfig
 from gtscale.models.egt import EGT
+from gtscale.models.et import ET
+from gtscale.models.mnagt import MNAGT
 from gtscale.models.graphormer import Graphormer
 from gtscale.models.heads import Head, head_input_dim
 from gtscale.models.outputs import Outputs
@@ -31,6 +33,8 @@ __all__ = ["MODELS", "Outputs", "build_head", "build_model", "load_model_config"
 MODELS: dict[str, tuple[type, type]] = {
     "egt": (EGTConfig, EGT),
     "graphormer": (GraphormerConfig, Graphormer),
+    "et": (ETConfig, ET),
+    "mnagt": (MNAGTConfig, MNAGT),
 }
 
 #: Keys of a model YAML that are not fields of the model's config.

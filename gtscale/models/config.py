@@ -56,10 +56,13 @@ class EGTConfig:
     upto_hop: int = 16  # k: hop matrix clipped to k (k+1 = farther or unreachable); 1 = adjacency
     svd_rank: int = 8  # r: SVD encodings U√Σ ‖ V√Σ projected into d_h; 0 switches them off
     node_vocab: list[int] = field(default_factory=_atom_vocab)  # vocabulary per node feature column
-    edge_vocab: list[int] = field(default_factory=_bond_vocab)  # vocabulary per edge feature column
+    edge_vocab: list[int] = field(default_factory=_bond_vocab)  # vocabulary per edge feature column (sampled subgraphs: [1], "an edge")
+    node_float_dim: int = 0  # F > 0: F continuous node features (node_feat_float) by a linear map instead of node_vocab's tables
     activation_checkpointing: bool = False  # recompute each layer in backward instead of storing
 
     def __post_init__(self):
+        if self.node_float_dim < 0:
+            raise ValueError("node_float_dim must be >= 0 (0 = categorical node features)")
         if self.node_width % self.num_heads:
             raise ValueError(f"node_width {self.node_width} is not a multiple of num_heads {self.num_heads}")
         if len(self.clip_logits) != 2 or self.clip_logits[0] >= self.clip_logits[1]:
@@ -101,10 +104,13 @@ class GraphormerConfig:
     embedding_ln: bool = False  # LayerNorm on the input tokens before the first layer (encoder_normalize_before)
     final_ln: bool = True  # LayerNorm on the last layer's output (the paper's Pre-LN code; absent in fairseq's)
     node_vocab: list[int] = field(default_factory=_atom_vocab)  # vocabulary per node feature column
-    edge_vocab: list[int] = field(default_factory=_bond_vocab)  # vocabulary per edge feature column
+    edge_vocab: list[int] = field(default_factory=_bond_vocab)  # vocabulary per edge feature column (sampled subgraphs: [1], "an edge")
+    node_float_dim: int = 0  # F > 0: F continuous node features (node_feat_float) by a linear map instead of node_vocab's tables
     activation_checkpointing: bool = False  # recompute each layer in backward instead of storing
 
     def __post_init__(self):
+        if self.node_float_dim < 0:
+            raise ValueError("node_float_dim must be >= 0 (0 = categorical node features)")
         if self.hidden_dim % self.num_heads:
             raise ValueError(f"hidden_dim {self.hidden_dim} is not a multiple of num_heads {self.num_heads}")
         if not 1 <= self.multi_hop_max_dist <= self.num_edge_dis:
@@ -134,3 +140,69 @@ class HeadConfig:
             raise ValueError("num_outputs, max_hops and hidden widths must be positive")
         if self.form == "graphormer" and (self.hidden or self.kind == "distance"):
             raise ValueError("form: graphormer is a fixed d→d transform then d→T; it takes no hidden widths and no distance kind")
+
+
+@dataclass
+class ETConfig:
+    """Energy Transformer for graphs (Hoover et al., NeurIPS'23, App. C and D); see models/et/.
+
+    Names follow the paper: token width D, H heads of width Y, K Hopfield memories, T steps of
+    size α. `form` picks the dense App. D model (CLS token, learned adjacency, Batch in) or the
+    sparse App. C model (edges only, EdgeBatch or Batch in, g¹ ‖ gᵀ per node)."""
+
+    form: Literal["dense", "sparse"] = "dense"
+    width: int = 128  # D, token width
+    num_heads: int = 4  # H
+    head_dim: int = 128  # Y, width of each head's queries and keys (the authors' code: Y = D)
+    num_memories: int = 512  # K, Hopfield memories ξ_μ
+    num_steps: int = 4  # T, descent steps of the one shared block
+    step_size: float = 1.0  # α (the authors' code: 1, the residual of the gradient)
+    noise_std: float = 0.0  # σ of the training-only noise √α·ε, ε ~ N(0, σ²)
+    self_loops: bool = False  # every token also attends to itself (B ∈ N(C) for B = C)
+    cls_token: bool = True  # dense: a CLS token attending to every node; its final state is the graph output
+    learned_adjacency: bool = True  # dense: Â = Conv1×1(X ⊙ X) ⊙ A′ (App. D); false: Â = 1 on edges
+    lap_k: int = 10  # dense: Laplacian eigenvectors embedded (App. D: 10); 0 = none
+    node_float_dim: int = 0  # continuous node features x_float embedded by a linear map (0 = none)
+    node_vocab: list[int] = field(default_factory=_atom_vocab)  # categorical node features ([] = none)
+    edge_vocab: list[int] = field(default_factory=_bond_vocab)  # categorical edge features (dense A′)
+    activation_checkpointing: bool = False  # recompute each step in backward instead of storing
+
+    def __post_init__(self):
+        if min(self.width, self.num_heads, self.head_dim, self.num_memories, self.num_steps) < 1:
+            raise ValueError("width, num_heads, head_dim, num_memories and num_steps must be >= 1")
+        if self.step_size <= 0 or self.noise_std < 0 or self.lap_k < 0 or self.node_float_dim < 0:
+            raise ValueError("step_size must be > 0; noise_std, lap_k and node_float_dim >= 0")
+        if not self.node_vocab and not self.node_float_dim:
+            raise ValueError("ET needs node_vocab or node_float_dim (some node input)")
+        if self.node_vocab:
+            _check_vocab("node_vocab", self.node_vocab)
+        _check_vocab("edge_vocab", self.edge_vocab)
+
+
+@dataclass
+class MNAGTConfig:
+    """MNA-GT (Li et al., adaptive multi-neighbourhood attention); see models/mnagt.py."""
+
+    num_layers: int = 3  # L (the paper's range 2-5)
+    hidden_dim: int = 128  # d (128-300)
+    num_kernels: int = 3  # c + 1 attention kernels, hops k = 0..c (2-4)
+    num_heads: int = 4  # m heads per kernel; hidden_dim must be a multiple
+    ffn_dim: int = 256  # FFN hidden width
+    normalization: Literal["sym", "rw"] = "sym"  # Â = D^-½(A+I)D^-½ or D^-1(A+I)
+    aggregation: Literal["adaptive", "mean", "sum", "concat"] = "adaptive"  # kernel combination (ablations)
+    readout: Literal["mean", "sum", "virtual"] = "mean"
+    dropout: float = 0.0  # after attention and FFN
+    attention_dropout: float = 0.0
+    node_float_dim: int = 0  # continuous node features x_float (0 = none)
+    node_vocab: list[int] = field(default_factory=_atom_vocab)  # categorical node features ([] = none)
+    activation_checkpointing: bool = False
+
+    def __post_init__(self):
+        if self.hidden_dim % self.num_heads:
+            raise ValueError(f"hidden_dim {self.hidden_dim} is not a multiple of num_heads {self.num_heads}")
+        if self.num_layers < 1 or self.num_kernels < 1 or self.ffn_dim < 1:
+            raise ValueError("num_layers, num_kernels and ffn_dim must be >= 1")
+        if not self.node_vocab and not self.node_float_dim:
+            raise ValueError("MNA-GT needs node_vocab or node_float_dim (some node input)")
+        if self.node_vocab:
+            _check_vocab("node_vocab", self.node_vocab)

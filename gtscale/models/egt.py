@@ -11,6 +11,9 @@ Each layer updates node channels h and edge channels e. Per head, with ĥ = LN(h
 Parameterisation follows the authors' PyTorch code (shamim-hussain/egt_pytorch) so that the
 parameter counts agree: the edge channels are not updated in the last layer unless an edge
 output is asked for (`output_edges`), and the graph output is the concatenated virtual nodes.
+Departure (gtscale's addition for graphs that are not molecules): with node_float_dim > 0 the
+input node channels are a linear map of the continuous node features (Batch.node_feat_float)
+instead of the authors' categorical embedding table.
 
 Speed: tokens and node pairs are kept packed (packing.py), so every linear layer, layer norm and
 FFN runs on real rows only; attention alone runs dense and heads-major, [heads, B, M, M], where M
@@ -28,7 +31,7 @@ from torch import nn
 
 from gtscale.loader.batch import Batch
 from gtscale.models.config import EGTConfig
-from gtscale.models.embeddings import MASK_VALUE, FeatureEmbedding
+from gtscale.models.embeddings import MASK_VALUE, FeatureEmbedding, embed_nodes, node_embedding
 from gtscale.models.layers import FeedForward, compute_dtype, dropout, run_layer
 from gtscale.models.outputs import Outputs
 from gtscale.models.packing import Packing
@@ -207,7 +210,7 @@ class EGT(nn.Module):
         self.node_dim, self.edge_dim = width, (edge_width if cfg.output_edges else 0)
         self.graph_dim = width * max(cfg.num_virtual_nodes, 1)
 
-        self.node_embed = FeatureEmbedding(cfg.node_vocab, width)
+        self.node_embed = node_embedding(cfg.node_vocab, cfg.node_float_dim, width)
         self.svd_embed = nn.Linear(2 * cfg.svd_rank, width) if cfg.svd_rank else None
         # hops 0..k, and k+1 for farther or unreachable pairs
         self.hop_embed = nn.Embedding(cfg.upto_hop + 2, edge_width)
@@ -223,7 +226,8 @@ class EGT(nn.Module):
     @property
     def batch_fields(self) -> tuple[str, ...]:
         """Batch fields this model reads (the loader builds the optional ones only when asked)."""
-        return ("node_feat", "node_mask", "edge_feat", "spd") + (("svd_pe",) if self.cfg.svd_rank else ())
+        node = "node_feat_float" if self.cfg.node_float_dim else "node_feat"
+        return (node, "node_mask", "edge_feat", "spd") + (("svd_pe",) if self.cfg.svd_rank else ())
 
     def _svd(self, svd_pe: torch.Tensor) -> torch.Tensor:
         """U√Σ ‖ V√Σ with any rank R ≥ r → the top r of each half, projected. The random sign
@@ -238,7 +242,7 @@ class EGT(nn.Module):
         """Dense input channels h [B, M, d_h], e [B, M, M, d_e], virtual nodes first."""
         if batch.spd is None:
             raise ValueError("EGT needs batch.spd (the hop matrix)")
-        h = self.node_embed(batch.node_feat)
+        h = embed_nodes(self.node_embed, batch)
         if self.svd_embed is not None:
             if batch.svd_pe is None:
                 raise ValueError("EGT with svd_rank > 0 needs batch.svd_pe")

@@ -1,5 +1,6 @@
 """Input pieces shared by the models: categorical feature columns through one flat embedding
-table, and the additive value that masks an attention pair."""
+table, continuous node features through a linear map, and the additive value that masks an
+attention pair."""
 
 from __future__ import annotations
 
@@ -47,3 +48,34 @@ class FeatureEmbedding(nn.Module):
         rows = self.rows(feat).reshape(-1, feat.shape[-1])
         out = F.embedding_bag(rows, self.table.weight, mode="sum", padding_idx=0)
         return out.view(*feat.shape[:-1], -1)
+
+
+class ContinuousEmbedding(nn.Module):
+    """Continuous node features (Batch.node_feat_float, graphs that are not molecules) → float
+    [..., dim] by one linear map; zero on padding nodes, as the categorical table's padding row."""
+
+    def __init__(self, num_features: int, dim: int):
+        super().__init__()
+        self.linear = nn.Linear(num_features, dim)
+
+    def forward(self, feat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """float [..., F], bool mask [...] (True on real nodes) → float [..., dim]."""
+        if feat.shape[-1] != self.linear.in_features:
+            raise ValueError(f"expected {self.linear.in_features} continuous node features, got {feat.shape[-1]}")
+        out = self.linear(feat.to(self.linear.weight.dtype))
+        return out * mask[..., None].to(out.dtype)
+
+
+def node_embedding(vocab: list[int], float_features: int, dim: int) -> nn.Module:
+    """The node input of a model: ContinuousEmbedding when `float_features` > 0 (the config switch
+    node_float_dim), else the categorical FeatureEmbedding of `vocab`."""
+    return ContinuousEmbedding(float_features, dim) if float_features > 0 else FeatureEmbedding(vocab, dim)
+
+
+def embed_nodes(embed: nn.Module, batch) -> torch.Tensor:
+    """[B, N, dim] node embeddings of a Batch through `node_embedding`'s module."""
+    if isinstance(embed, ContinuousEmbedding):
+        if batch.node_feat_float is None:
+            raise ValueError("this model takes continuous node features (node_float_dim > 0); the batch has no node_feat_float")
+        return embed(batch.node_feat_float, batch.node_mask)
+    return embed(batch.node_feat)

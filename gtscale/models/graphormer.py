@@ -23,6 +23,9 @@ Index conventions of the Batch (schema.py) mapped onto Graphormer's tables, here
 - hop count s → row s+1 of the spatial table (capped at num_spatial-2); SPD_UNREACHABLE → the last
   row, num_spatial-1, so unreachable pairs have a bucket of their own;
 - path edge features → rows of the flat edge table by embeddings.FeatureEmbedding's offsets.
+
+Departure (gtscale's addition for graphs that are not molecules): with node_float_dim > 0, x_i is
+a linear map of the continuous node features (Batch.node_feat_float) instead of the atom table.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from torch import nn
 from gtscale.loader.batch import Batch
 from gtscale.format.schema import SPD_UNREACHABLE
 from gtscale.models.config import GraphormerConfig
-from gtscale.models.embeddings import MASK_VALUE, FeatureEmbedding
+from gtscale.models.embeddings import MASK_VALUE, FeatureEmbedding, embed_nodes, node_embedding
 from gtscale.models.layers import FeedForward, compute_dtype, dropout, run_layer
 from gtscale.models.outputs import Outputs
 from gtscale.models.packing import Packing
@@ -116,7 +119,7 @@ class Graphormer(nn.Module):
         d, heads = cfg.hidden_dim, cfg.num_heads
         self.node_dim, self.edge_dim, self.graph_dim = d, 0, d
 
-        self.atom_embed = FeatureEmbedding(cfg.node_vocab, d)
+        self.atom_embed = node_embedding(cfg.node_vocab, cfg.node_float_dim, d)
         self.in_degree = nn.Embedding(cfg.num_in_degree, d, padding_idx=0)
         self.out_degree = nn.Embedding(cfg.num_out_degree, d, padding_idx=0)
         self.graph_token = nn.Parameter(torch.empty(1, d))
@@ -131,7 +134,8 @@ class Graphormer(nn.Module):
     @property
     def batch_fields(self) -> tuple[str, ...]:
         """Batch fields this model reads; path_edges needs at least `multi_hop_max_dist` hops."""
-        return ("node_feat", "node_mask", "edge_feat", "spd", "in_degree", "out_degree", "path_edges")
+        node = "node_feat_float" if self.cfg.node_float_dim else "node_feat"
+        return (node, "node_mask", "edge_feat", "spd", "in_degree", "out_degree", "path_edges")
 
     def reset_parameters(self) -> None:
         """Graphormer's initialisation: N(0, 0.02) weights, zero biases, zero padding rows."""
@@ -153,7 +157,7 @@ class Graphormer(nn.Module):
         """Centrality-encoded node embeddings with the [VNode] first: [B, N+1, d]."""
         mask = batch.node_mask
         x = (
-            self.atom_embed(batch.node_feat)
+            embed_nodes(self.atom_embed, batch)
             + self.in_degree(self._degree_rows(batch.in_degree, mask, self.cfg.num_in_degree))
             + self.out_degree(self._degree_rows(batch.out_degree, mask, self.cfg.num_out_degree))
         )

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 from gtscale.prep.sources import DATASETS, read_dataset
 from gtscale.prep.structure import StructureOptions
 from gtscale.errors import UserError
-from gtscale.format.manifest import merge_parts
+from gtscale.format.manifest import duplicate_note, merge_parts
 from gtscale.prep.writer import ShardOptions, shard_table
 
 
@@ -26,6 +27,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lap-k", type=int, default=8, help="Laplacian eigenpairs; 0 = off (default 8)")
     parser.add_argument("--no-spd", action="store_true", help="skip shortest paths and predecessors")
     parser.add_argument("--no-degree", action="store_true", help="skip in/out degrees")
+    parser.add_argument(
+        "--drop-duplicates", action="store_true",
+        help="keep only the first copy of each molecule (canonical SMILES), meeting the splits in the order train, "
+        "valid…, then the rest by name (default: keep all, count them in the manifest and warn)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--targets", choices=["given", "rdkit-descriptors"], default="given",
                         help="given: the dataset's own targets; rdkit-descriptors: standardised RDKit descriptors (pretraining)")
@@ -63,14 +69,21 @@ def run(args: argparse.Namespace) -> int:
         structure=StructureOptions(spd=not args.no_spd, degree=not args.no_degree, svd_rank=args.svd_rank, lap_k=args.lap_k),
         shard_size=args.shard_size,
         max_nodes=args.max_nodes,
+        drop_duplicates=args.drop_duplicates,
     )
     workers = min(args.workers, os.cpu_count() or 1) if args.workers > 1 else 1
     parts = shard_table(table, out_dir, options, workers=workers, part=args.part, num_parts=args.num_parts, progress=not args.no_progress)
     written = sum(p["samples"] for p in parts)
     rejected = sum(sum(p["rejected"].values()) for p in parts)
     if args.num_parts == 1:
-        merge_parts(out_dir)
-        print(f"wrote {written} records in {len(parts)} shards to {out_dir} ({rejected} rejected; see rejects.tsv)")
+        manifest = merge_parts(out_dir)
+        if note := duplicate_note(manifest):
+            print(note, file=sys.stderr)
+        if manifest["_removed"]:
+            print(f"removed {len(manifest['_removed'])} shard and part files of an earlier plan that the new manifest does not list")
+        dropped = manifest["duplicates"]["dropped"]
+        print(f"wrote {written} records in {len(parts)} shards to {out_dir} ({rejected} rejected"
+              + (f", {dropped} duplicates dropped" if dropped else "") + "; see rejects.tsv)")
     else:
         print(f"part {args.part}/{args.num_parts}: {written} records in {len(parts)} shards ({rejected} rejected); "
               f"when every part is done: gtscale merge-parts {out_dir}")

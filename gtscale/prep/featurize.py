@@ -8,6 +8,8 @@ once from OGB's own `allowable_features` (so the two cannot drift apart); proper
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 from ogb.utils.features import allowable_features
 from rdkit import Chem, RDLogger
@@ -141,12 +143,27 @@ def featurize_mol(mol: Chem.Mol, has_chirality: bool = True, may_have_bond_stere
 
 
 def featurize_smiles(smiles: str) -> dict[str, np.ndarray]:
+    return _featurize_parsed(parse_smiles(smiles), smiles)
+
+
+def featurize_smiles_keyed(smiles: str) -> tuple[dict[str, np.ndarray], str]:
+    """(graph, molecule_key) from one parse: the sharder counts duplicate molecules as it goes."""
+    mol = parse_smiles(smiles)
+    return _featurize_parsed(mol, smiles), molecule_key(mol)
+
+
+def molecule_key(mol: Chem.Mol) -> str:
+    """64-bit hash of the canonical SMILES: equal for two spellings of one molecule."""
+    return hashlib.blake2b(Chem.MolToSmiles(mol).encode(), digest_size=8).hexdigest()
+
+
+def _featurize_parsed(mol: Chem.Mol, smiles: str) -> dict[str, np.ndarray]:
     # What SMILES syntax alone decides: tetrahedral (and atropisomeric) stereo is only written with
     # '@', double-bond stereo only with '/' or '\\'; dative bonds are written '->' / '<-', or made by
     # sanitization from bonds to metals, which are always bracket atoms.
     # tests/prep/test_featurize.py checks the result against smiles2graph on ~15k molecules.
     return featurize_mol(
-        parse_smiles(smiles),
+        mol,
         has_chirality="@" in smiles,
         may_have_bond_stereo="/" in smiles or "\\" in smiles or "@" in smiles,
         may_have_dative_bonds=">" in smiles or "<" in smiles or "[" in smiles,

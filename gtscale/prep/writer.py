@@ -13,20 +13,27 @@ redoes the rest. The manifest is assembled from the part files once all of them 
 from __future__ import annotations
 
 import hashlib
+import inspect
+import io
 import json
 import multiprocessing as mp
-from dataclasses import asdict, dataclass
+import tempfile
+import tokenize
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
+import rdkit
 from tqdm import tqdm
 
 from gtscale import __version__
+from gtscale.errors import UserError
 from gtscale.format import schema
-from gtscale.prep.featurize import FeaturizeError, featurize_smiles
+from gtscale.prep import featurize, structure
+from gtscale.prep.featurize import FeaturizeError, featurize_smiles_keyed, molecule_key, parse_smiles
 from gtscale.prep.sources.base import MoleculeTable
 from gtscale.prep.structure import StructureOptions, structure_many
-from gtscale.format.manifest import PARTS_DIR, PLAN_FILE
+from gtscale.format.manifest import PARTS_DIR, PLAN_FILE, dedup_order
 from gtscale.io import atomic_write_text, sha256_file
 from gtscale.format.tario import ShardWriter, sample_key
 
@@ -36,6 +43,7 @@ class ShardOptions:
     structure: StructureOptions = StructureOptions()
     shard_size: int = 10_000  # records planned per shard (rejected ones leave it a little smaller)
     max_nodes: int | None = None  # molecules with more atoms are rejected as too_many_nodes
+    drop_duplicates: bool = False  # keep only the first copy of a molecule (manifest.dedup_order)
 
 
 @dataclass
@@ -69,11 +77,37 @@ def plan_tasks(table: MoleculeTable, shard_size: int) -> list[ShardTask]:
     return tasks
 
 
+#: The modules whose code decides the values in a record (SCHEMA_VERSION covers the layout).
+RECORD_CODE = (featurize, structure)
+
+
+def code_version() -> str:
+    """sha256 of the record-making code and the RDKit that parses the SMILES.
+
+    A hash rather than a constant bumped by hand: a featurizer or structure fix that forgets the
+    bump would keep the old shards as complete, silently. The hash is of the token stream without
+    comments or blank lines, so editing a comment does not redo a dataset's shards; tokens, unlike
+    ast.dump, read the same on every Python version, so parts on different machines agree."""
+    digest = hashlib.sha256(f"rdkit {rdkit.__version__}".encode())
+    for module in RECORD_CODE:
+        source = inspect.getsource(module)
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type not in (tokenize.COMMENT, tokenize.NL):
+                digest.update(f"{token.type}:{token.string}\n".encode())
+    return digest.hexdigest()
+
+
 def fingerprint(table: MoleculeTable, options: ShardOptions, source_checksums: dict[str, str]) -> str:
     """Identifies what a run produces: a shard made under another fingerprint is redone, not kept."""
     blob = json.dumps(
         # Sources by content: parts started with different spellings of --root still agree.
-        {"schema": schema.SCHEMA_VERSION, "dataset": table.name, "options": asdict(options), "sources": sorted(source_checksums.values())},
+        {
+            "schema": schema.SCHEMA_VERSION,
+            "code": code_version(),
+            "dataset": table.name,
+            "options": asdict(options),
+            "sources": sorted(source_checksums.values()),
+        },
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()
@@ -81,11 +115,11 @@ def fingerprint(table: MoleculeTable, options: ShardOptions, source_checksums: d
 
 def build_shard(task: ShardTask, out_dir: Path, options: ShardOptions, run_fingerprint: str) -> dict:
     """Featurize, compute structure and write one shard; return (and save) its part record."""
-    graphs, kept, rejects = [], [], []
+    graphs, kept, keys, rejects = [], [], [], []
     names = task.names if task.names is not None else [None] * len(task.smiles)
     for smiles, idx, y, name in zip(task.smiles, task.idx, task.targets, names):
         try:
-            graph = featurize_smiles(smiles)
+            graph, key = featurize_smiles_keyed(smiles)
         except FeaturizeError as err:
             rejects.append((int(idx), err.reason))
             continue
@@ -102,6 +136,7 @@ def build_shard(task: ShardTask, out_dir: Path, options: ShardOptions, run_finge
             graph[schema.META]["name"] = name
         graphs.append(graph)
         kept.append(int(idx))
+        keys.append(key)
     structures = structure_many([(g[schema.EDGE_INDEX], len(g[schema.X])) for g in graphs], options.structure)
     with ShardWriter(out_dir / task.relpath) as writer:
         for idx, graph, extra in zip(kept, graphs, structures):
@@ -120,6 +155,7 @@ def build_shard(task: ShardTask, out_dir: Path, options: ShardOptions, run_finge
         "max_nodes": max((len(g[schema.X]) for g in graphs), default=0),
         "rejected": dict(sorted(reasons.items())),
         "rejects": rejects,
+        "keys": [[idx, key] for idx, key in zip(kept, keys)],  # molecule keys, for counting duplicates at merge
     }
     atomic_write_text(out_dir / PARTS_DIR / f"{task.name}.json", json.dumps(part, sort_keys=True))
     return part
@@ -154,20 +190,82 @@ def _run_task(payload: tuple[ShardTask, Path, ShardOptions, str]) -> tuple[int, 
     return len(task.smiles), build_shard(*payload)
 
 
-def write_plan(table: MoleculeTable, tasks: list[ShardTask], out_dir: Path, options: ShardOptions, run_fingerprint: str, checksums: dict[str, str]) -> dict:
+def _key_or_none(smiles: str) -> str | None:
+    try:
+        return molecule_key(parse_smiles(smiles))
+    except Exception:  # unparsable: the shard task rejects it with its reason
+        return None
+
+
+def drop_duplicate_rows(table: MoleculeTable, workers: int) -> tuple[MoleculeTable, dict[str, list[list[int]]]]:
+    """(table without repeated molecules, split → [[idx, idx of the copy kept], …] of the rows dropped).
+
+    The first copy in dedup_order is kept (train before the other splits), so an evaluation split
+    loses the molecules that training sees. Needs every molecule's key before any shard is planned:
+    one extra parse per molecule (in `workers` processes), paid only with --drop-duplicates."""
+    if workers > 1:
+        with mp.get_context("fork").Pool(workers, initializer=_init_worker) as pool:
+            keys = pool.map(_key_or_none, table.smiles, chunksize=2000)
+    else:
+        keys = [_key_or_none(s) for s in table.smiles]
+    first: dict[str, int] = {}
+    splits, dropped = {}, {}
+    for split in dedup_order(list(table.splits)):
+        keep, gone = [], []
+        for row in table.splits[split]:
+            key = keys[row]
+            if key is not None and key in first:
+                gone.append([int(table.idx[row]), int(table.idx[first[key]])])
+            else:
+                if key is not None:
+                    first[key] = row
+                keep.append(row)
+        splits[split], dropped[split] = np.asarray(keep, dtype=np.int64), gone
+    return replace(table, splits={s: splits[s] for s in table.splits}), dropped
+
+
+def write_plan(
+    table: MoleculeTable,
+    tasks: list[ShardTask],
+    out_dir: Path,
+    options: ShardOptions,
+    run_fingerprint: str,
+    checksums: dict[str, str],
+    dropped: dict[str, list[list[int]]],
+) -> dict:
     plan = {
         "fingerprint": run_fingerprint,
         "created_by": f"gtscale {__version__}",
         "schema_version": schema.SCHEMA_VERSION,
         "dataset": table.name,
         "sources": [{"path": str(p), "sha256": checksums[str(p)], "bytes": p.stat().st_size} for p in table.source_files],
-        "transform": {**asdict(options.structure), "max_nodes": options.max_nodes, "shard_size": options.shard_size},
+        "transform": {**asdict(options.structure), "max_nodes": options.max_nodes, "shard_size": options.shard_size, "drop_duplicates": options.drop_duplicates},
         "task": {"type": table.task_type, "num_targets": len(table.target_names), "target_names": table.target_names},
         "features": {"node": list(schema.ATOM_FEATURE_DIMS), "edge": list(schema.BOND_FEATURE_DIMS)},
         "splits": {split: {"rows": int(len(rows)), "shards": [t.name for t in tasks if t.split == split]} for split, rows in table.splits.items()},
+        "dropped_duplicates": dropped,
     }
     atomic_write_text(out_dir / PLAN_FILE, json.dumps(plan, indent=1, sort_keys=True))
     return plan
+
+
+def check_out_dir(out_dir: Path, subdirs: list[str]) -> None:
+    """Refuse, before anything is written, an --out that is a file or a folder we cannot write in.
+
+    Each folder the run writes into (out, parts/, one per split) is probed where it exists, or its
+    nearest existing parent where it does not: a failure names the folder, and no shard is left
+    behind without its part file."""
+    for folder in [out_dir, *(out_dir / sub for sub in subdirs)]:
+        existing = folder
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir():
+            raise UserError(f"{existing}: --out {out_dir} needs a folder here, but this is a file")
+        try:
+            with tempfile.TemporaryFile(dir=existing):
+                pass
+        except OSError as err:
+            raise UserError(f"{existing}: cannot write in this folder ({err.strerror}); choose another --out") from err
 
 
 def shard_table(
@@ -182,10 +280,12 @@ def shard_table(
     """Write this part's shards (skipping verified ones); return the part records of this part."""
     checksums = {str(p): sha256_file(p) for p in table.source_files}
     run_fingerprint = fingerprint(table, options, checksums)
-    tasks = plan_tasks(table, options.shard_size)
+    check_out_dir(out_dir, [PARTS_DIR, *table.splits])
+    kept, dropped = drop_duplicate_rows(table, workers) if options.drop_duplicates else (table, {})
+    tasks = plan_tasks(kept, options.shard_size)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / PARTS_DIR).mkdir(exist_ok=True)
-    write_plan(table, tasks, out_dir, options, run_fingerprint, checksums)
+    write_plan(table, tasks, out_dir, options, run_fingerprint, checksums, dropped)
     mine = [t for t in tasks if t.ordinal % num_parts == part]
     pending = [t for t in mine if not is_complete(t, out_dir, run_fingerprint)]
     done = [json.loads((out_dir / PARTS_DIR / f"{t.name}.json").read_text()) for t in mine if t not in pending]

@@ -7,22 +7,26 @@ saving leaves the previous checkpoint in charge. DeepSpeed's own `latest` file i
 the same reason.
 
 What DeepSpeed does not know travels in its `client_state`: the step, each rank's loader position
-and RNG states (gathered to every rank before saving, since only rank 0 writes client_state), the
+and RNG states (CPU, and CUDA of the rank's device; gathered to every rank before saving, since only rank 0 writes client_state), the
 best metric so far and the running target mean.
 """
 
 from __future__ import annotations
 
 import json
+import pickle
 import random
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
+from gtscale.errors import UserError
 from gtscale.io import atomic_write_text
+from gtscale.train import safe_load
 
 COMPLETE = "COMPLETE"
 BEST_FILE = "best.json"
@@ -40,13 +44,19 @@ def complete_tags(root: Path) -> list[str]:
 
 
 def rng_state() -> dict:
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    """This rank's generators: CPU torch, numpy, Python, and (with CUDA) its current device's."""
+    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()  # the device set by torch.cuda.set_device(LOCAL_RANK)
+    return state
 
 
 def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     np.random.set_state(state["numpy"])
     random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():  # a CPU checkpoint resumed on GPUs has none
+        torch.cuda.set_rng_state(state["cuda"])
 
 
 def gather_to_all(obj) -> list:
@@ -80,9 +90,39 @@ def save(engine, root: Path, step: int, client_state: dict, keep: int, protected
     return tag
 
 
+def restore(engine, root: Path, candidates: list[str], fallback: bool) -> tuple[str, dict]:
+    """Load the newest of `candidates` whose files all verify; return (tag, client_state).
+
+    Every file is first opened weights-only (safe_load.check_folder), split among the ranks, and the
+    problems are gathered to every rank: all ranks then hold the same list and take the same
+    decision. (Each rank checking every file itself would read the checkpoint once per rank, and
+    ranks on different nodes could see different bytes of a file still being copied; one
+    all-gather, which every rank reaches because checking never raises, is cheaper and agrees by
+    construction.) With `fallback` (--resume auto) a tag with a bad file gives way, announced on
+    rank 0, to the newest older complete one; without it (an explicit tag) the first problem is the
+    error."""
+    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+    for tag in reversed(candidates):
+        folder = root / tag
+        problems = [p for per_rank in gather_to_all(safe_load.check_folder(folder, rank, world)) for p in per_rank]
+        if not problems:
+            return tag, load(engine, root, tag)
+        older = candidates[: candidates.index(tag)]
+        if not (fallback and older):
+            more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+            raise UserError(problems[0] + more)
+        if rank == 0:
+            print(f"warning: {problems[0]}; resuming from the older complete checkpoint {older[-1]} instead", file=sys.stderr, flush=True)
+    raise UserError(f"{root}: no complete checkpoint to resume from")
+
+
 def load(engine, root: Path, tag: str) -> dict:
-    """Restore model, optimizer and scheduler of `tag`; return its client_state."""
-    path, client_state = engine.load_checkpoint(str(root), tag=tag, load_optimizer_states=True, load_lr_scheduler_states=True)
+    """Restore model, optimizer and scheduler of `tag`, every torch.load weights-only; return its client_state."""
+    with safe_load.weights_only_loads():
+        try:
+            path, client_state = engine.load_checkpoint(str(root), tag=tag, load_optimizer_states=True, load_lr_scheduler_states=True)
+        except pickle.UnpicklingError as err:  # a file changed after it was checked
+            raise UserError(safe_load.describe_failure(root / tag, err)) from err
     if path is None:
-        raise RuntimeError(f"{root / tag}: DeepSpeed could not load this checkpoint")
+        raise UserError(f"{root / tag}: DeepSpeed could not load this checkpoint")
     return client_state

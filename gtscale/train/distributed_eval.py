@@ -4,16 +4,20 @@ An evaluation loader yields each sample exactly once across all ranks, so ranks 
 different batch counts. That is harmless for plain data parallelism, but under ZeRO-3 every
 forward pass all-gathers parameters, and a rank that stops early leaves the others waiting.
 `lockstep` keeps every rank going until all are done, feeding filler batches (idx −1, no labels)
-to the ones that ran out, at the price of one one-element all-reduce per step.
+to the ones that ran out, at the price of one one-element all-reduce per step; the same flag lets
+all ranks abandon the evaluation together when a stop request killed a rank's loader workers.
 
 `gather_predictions` then collects every rank's (idx, prediction) rows, drops the filler rows,
 checks that no idx arrived twice, and returns them sorted by idx — the order an OGB Evaluator
-compares against the dataset's labels.
+compares against the dataset's labels. For node tasks on sampled subgraphs the key is the target's
+**global node id** instead: `target_predictions` turns a batch's per-node outputs into (target_id,
+value) rows, which gather_predictions collects the same way (padding targets and filler graphs carry
+id FILLER_IDX and are dropped; a node evaluated twice raises).
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import torch
 import torch.distributed as dist
@@ -22,22 +26,58 @@ from gtscale.loader.batch import Batch
 from gtscale.loader.filler import FILLER_IDX
 
 
-def lockstep(batches: Iterable[Batch], filler: Batch, group=None, device: torch.device | str = "cpu") -> Iterator[Batch]:
+class EvaluationStopped(Exception):
+    """Raised by `lockstep` on every rank when one rank's loader failed under a stop request."""
+
+
+_DONE, _MORE, _STOPPED = 0, 1, 2  # one rank's state; the all-reduce takes the maximum
+
+
+def lockstep(batches: Iterable[Batch], filler: Batch, group=None, device: torch.device | str = "cpu",
+             stop_on_failure: Callable[[], bool] | None = None) -> Iterator[Batch]:
     """This rank's batches, then `filler` until every rank in `group` has run out.
 
-    `device` is where the all-reduce flag lives (a CUDA device under NCCL)."""
+    `device` is where the all-reduce flag lives (the engine's device: a CUDA device under NCCL).
+    When fetching fails with a RuntimeError (DataLoader workers killed by the SIGTERM that stops the
+    job) and `stop_on_failure()` says a stop was requested, every rank raises EvaluationStopped at
+    the same batch instead of one rank leaving the others in a collective."""
     local = iter(batches)
     while True:
-        batch = next(local, None)
-        flag = torch.tensor([0 if batch is None else 1], device=device)
+        state = _MORE
+        try:
+            batch = next(local, None)
+        except RuntimeError:
+            if stop_on_failure is None or not stop_on_failure():
+                raise
+            batch, state = None, _STOPPED
+        if batch is None and state != _STOPPED:
+            state = _DONE
+        flag = torch.tensor([state], device=device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
-        if flag.item() == 0:
+        agreed = flag.item()
+        if agreed == _STOPPED:
+            raise EvaluationStopped("a rank's evaluation loader stopped under a stop request")
+        if agreed == _DONE:
             return
         yield batch if batch is not None else filler
 
 
+def target_predictions(batch: Batch, node_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(target_id [B·T], node_values at each target node [B·T, ...]) of a node-task batch.
+
+    `node_values` is per node, [B, N, ...] (a node head's output); rows of padding targets and of
+    filler graphs have id FILLER_IDX, which gather_predictions drops."""
+    if batch.target_node is None or batch.target_id is None:
+        raise ValueError("a node-task batch needs target_node and target_id (loader key 'target_y')")
+    graphs = torch.arange(batch.num_graphs, device=node_values.device)[:, None].expand_as(batch.target_node)
+    values = node_values[graphs, batch.target_node.to(node_values.device)]
+    return batch.target_id.reshape(-1), values.reshape(-1, *values.shape[2:])
+
+
 def gather_predictions(idx: Sequence[torch.Tensor], values: Sequence[torch.Tensor], group=None, expected: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """All ranks' (idx [n], values [n, ...]) rows, filler rows dropped, sorted by idx; on every rank.
+
+    idx is Batch.idx (graph tasks) or the global node ids of `target_predictions` (node tasks).
 
     `idx`/`values` are this rank's per-batch tensors (any device). With `expected`, the total must
     be exactly that many samples. Raises RuntimeError when an idx arrived twice."""

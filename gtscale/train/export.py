@@ -1,7 +1,9 @@
 """`gtscale export RUN_DIR [--tag best|latest|TAG]`: consolidated fp32 weights + the model config.
 
 DeepSpeed's own ZeRO consolidation (`get_fp32_state_dict_from_zero_checkpoint`) gathers the
-partitions; the result holds tensors only, so `torch.load(path, weights_only=True)` reads it.
+partitions. Its torch.load calls run weights-only (safe_load), after every file of the tag has
+been checked by name, so a crafted checkpoint is refused, never run. The result holds tensors only,
+so `torch.load(path, weights_only=True)` reads it.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ import torch
 import yaml
 
 from gtscale.errors import UserError
-from gtscale.io import atomic_write_text, safe_torch_load
-from gtscale.train import checkpoint
+from gtscale.io import atomic_write_text
+from gtscale.train import checkpoint, safe_load
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,9 +34,20 @@ def resolve_tag(run_dir: Path, tag: str) -> str:
         return tags[-1]
     if tag == "best":
         best = run_dir / checkpoint.BEST_FILE
-        return json.loads(best.read_text())["tag"] if best.is_file() else tags[-1]
+        return best_tag(best, tags) if best.is_file() else tags[-1]
     if tag not in tags:
         raise UserError(f"{run_dir / 'checkpoints'}: no complete checkpoint {tag!r} (have {', '.join(tags)})")
+    return tag
+
+
+def best_tag(best: Path, tags: list[str]) -> str:
+    """The tag best.json names, which must be one of the complete `tags`."""
+    try:
+        tag = json.loads(best.read_text())["tag"]
+    except (json.JSONDecodeError, UnicodeDecodeError, TypeError, KeyError) as err:
+        raise UserError(f"{best}: malformed (expected JSON with a \"tag\"; {type(err).__name__}: {err}); pass --tag latest or a tag") from err
+    if tag not in tags:
+        raise UserError(f"{best}: names checkpoint {tag!r}, which is not a complete checkpoint (have {', '.join(tags)}); pass --tag")
     return tag
 
 
@@ -43,10 +56,14 @@ def export(run_dir: Path, tag: str, out: Path) -> Path:
 
     tag = resolve_tag(run_dir, tag)
     folder = run_dir / "checkpoints" / tag
+    problems = safe_load.check_folder(folder)
+    if problems:
+        raise UserError(problems[0] + (f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""))
     if list(folder.glob("*optim_states.pt")):  # ZeRO 1-3: DeepSpeed gathers the partitions
-        state = get_fp32_state_dict_from_zero_checkpoint(str(run_dir / "checkpoints"), tag=tag)
-    else:  # ZeRO 0: the full fp32 module is in the model-states file, read without running code
-        state = safe_torch_load(folder / "mp_rank_00_model_states.pt")["module"]
+        with safe_load.weights_only_loads():
+            state = get_fp32_state_dict_from_zero_checkpoint(str(run_dir / "checkpoints"), tag=tag)
+    else:  # ZeRO 0: the full fp32 module is in the model-states file
+        state = safe_load.load_file(folder / "mp_rank_00_model_states.pt")["module"]
     # The auxiliary distance head only shapes training; the export is the backbone and task head.
     state = {k: v.detach().float().contiguous().clone() for k, v in state.items() if not k.startswith("distance_head.")}
     config = yaml.safe_load((run_dir / "config.yaml").read_text())

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import time
+
+import torch
 from dataclasses import dataclass, field
 
 
 @dataclass
 class StepResult:
-    loss: float
+    loss: torch.Tensor  # the step's mean loss over all ranks, on the device: read it when logging
     graphs: int  # graphs this rank trained on in the step
     real_pairs: int  # Σ n² over those graphs: the attention work that mattered …
     padded_pairs: int  # … and B·N² that the padded batches cost

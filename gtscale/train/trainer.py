@@ -2,16 +2,50 @@
 
 One `Trainer` per process (started by torchrun, deepspeed or srun). DeepSpeed owns the optimizer
 state (ZeRO 0-3), precision, gradient accumulation and clipping; the loader owns data order; the
-model knows nothing of either. Every collective here is reached by every rank: the per-micro-batch
-all-reduce of [non-finite loss, stop requested, loss sum, micro-batches] is what lets all ranks
-agree to skip a step or to checkpoint and exit.
+model knows nothing of either.
+
+Collectives. Every rank reaches every collective, and every collective of this module moves tensors
+that live on the engine's device (a CUDA device under NCCL, the CPU under gloo): the process group
+has one backend. A mixed `cpu:gloo,cuda:nccl` group would also accept CPU tensors, but the per-step
+tensors are born on the GPU (losses, non-finite flags), so gloo would cost a device→host copy and a
+synchronisation for each, and a second backend brings its own rendezvous and failure modes; the
+object collectives (all_gather_object) go through the current device under NCCL by design, which is
+why `torch.cuda.set_device(LOCAL_RANK)` comes before the process group. Per optimizer step:
+  1. one all-reduce of [labelled targets, scored distance pairs] of the step's micro-batches (all
+     ranks): the denominators of the step's mean loss, known before any backward pass;
+  2. one all-reduce of [non-finite losses, stop requested, next step's batches missing, loss] after
+     the step's backward passes, read on the host (the step's one host synchronisation) to agree on
+     skipping the update, on stopping, and on nothing else; the loss stays on the device until a
+     metrics line is written.
+Evaluation adds one one-element all-reduce per batch (`lockstep`), a gather of the predictions and
+an all-reduce of the target sums; checkpoints gather the loader positions and RNG states.
+
+Loss weighting. Every labelled target of an optimizer step weighs the same, whichever rank and
+micro-batch it fell in (with node-budget batching, micro-batches hold very different graph counts):
+micro-batch m contributes mean_m · n_m / N, N the step's labelled targets over all ranks and
+micro-batches, so the step's gradient is that of the mean loss over the step's targets. DeepSpeed
+divides the loss by gradient_accumulation_steps G in engine.backward and averages gradients over the
+W ranks, so the trainer back-propagates W·G times that contribution. EGT's auxiliary distance loss
+is weighted the same way over the scored node pairs (hop count ≤ ν) of the step: κ times the mean
+cross-entropy over every scored pair the step saw.
+
+Non-finite losses. A step whose loss is non-finite on any rank is skipped by every rank: its
+gradients are set to zero (deepspeed.utils.safe_set_full_grad) and the optimizer steps with learning
+rate 0, so no weight changes (Adam's moments decay by β once; the schedule advances). The step still
+counts. `max_nonfinite` skipped steps in a row stop the run (exit 1). (The loop used to drop a
+non-finite micro-batch before its backward pass, which needs an agreement per micro-batch.)
+
+Stops. SIGTERM / SIGUSR1 (see stop_signals.py) are acted on at the end of a step: checkpoint at that
+step, exit 75. The batches of step s+1 are fetched during step s, so a fetch that fails because the
+DataLoader workers were killed by the same signal (scancel signals every process) is agreed on in
+step s's all-reduce, and the checkpoint records the loader position before those batches. A stop on
+a step that would evaluate checkpoints first and leaves the evaluation to the resumed job.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import time
 from pathlib import Path
 from typing import Iterator
@@ -23,7 +57,7 @@ import yaml
 
 from gtscale.config import to_dict
 from gtscale.loader.batch import Batch
-from gtscale.train.distributed_eval import gather_predictions, lockstep
+from gtscale.train.distributed_eval import EvaluationStopped, gather_predictions, lockstep
 from gtscale.loader.stream import build_loader
 from gtscale.errors import UserError
 from gtscale.io import atomic_write_text
@@ -31,6 +65,7 @@ from gtscale.train import checkpoint
 from gtscale.train.config import TrainConfig
 from gtscale.train.engine_config import deepspeed_config, warmup_cosine
 from gtscale.train.run_log import RunLog
+from gtscale.train.stop_signals import StopSignals
 from gtscale.train.task_model import build_task_model, load_backbone, loader_keys
 from gtscale.train.tasks import evaluate, predictions, task_loss
 from gtscale.train.throughput import StepResult, ThroughputWindow
@@ -42,17 +77,20 @@ EXIT_PREEMPTED = 75
 
 class Trainer:
     def __init__(self, cfg: TrainConfig, resume: str = "never"):
-        import deepspeed
-
         self.cfg = cfg
         self.run_dir = Path(cfg.run_dir)
         self.ckpt_dir = self.run_dir / "checkpoints"
-        if not dist.is_initialized():
-            backend = "nccl" if torch.cuda.is_available() else "gloo"
-            deepspeed.init_distributed(dist_backend=backend)
+        self._owns_group = _init_process_group()
+        try:
+            self._build(cfg, resume)
+        except BaseException:
+            self.close()
+            raise
+
+    def _build(self, cfg: TrainConfig, resume: str) -> None:
+        import deepspeed
+
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
-        if torch.cuda.is_available():
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
         torch.manual_seed(cfg.seed)  # identical initial weights on every rank
         np.random.seed(cfg.seed + self.rank)
 
@@ -66,6 +104,8 @@ class Trainer:
         keys, path_dist = loader_keys(model.backbone, self.model_cfg)
         loader_cfg = cfg.data.loader
         loader_cfg.keys, loader_cfg.path_edges_max_dist = keys, path_dist
+        # Page-locked batches make the host→GPU copies asynchronous (non_blocking below).
+        loader_cfg.pin_memory = loader_cfg.pin_memory or torch.cuda.is_available()
         self.train_loader = build_loader(self.manifest, cfg.data.train_split, loader_cfg, train=True, rank=self.rank, world_size=self.world_size)
         self.eval_loader = build_loader(self.manifest, cfg.data.eval_split, loader_cfg, train=False, rank=self.rank, world_size=self.world_size)
 
@@ -83,16 +123,26 @@ class Trainer:
 
         self.step = 0
         self.best: dict = {}
+        self.eval_pending = False  # a stop came on an evaluation step: the resumed job evaluates first
         self.target_sum = torch.zeros(num_targets, dtype=torch.float64)
         self.target_count = torch.zeros(num_targets, dtype=torch.float64)
-        self._stop_signal = False
+        self.stops = StopSignals()
+        self._ahead: list[Batch] = []  # the next step's micro-batches, fetched during this step …
+        self._ahead_position: dict | None = None  # … and the loader position before them
+        self._nonfinite_run = 0
         self._resume(resume)
         if self.rank == 0:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            resolved = to_dict(cfg) | {"model_resolved": self.model_cfg, "world_size": self.world_size}
+            resolved = to_dict(cfg) | {"model_resolved": self.model_cfg, "world_size": self.world_size, "backend": dist.get_backend()}
             atomic_write_text(self.run_dir / "config.yaml", yaml.safe_dump(resolved, sort_keys=False))
         dist.barrier()
         self.log = RunLog(self.run_dir, self.rank == 0, cfg.logging.tensorboard, cfg.logging.progress, cfg.schedule.total_steps, self.step)
+
+    def close(self) -> None:
+        """End the process group this Trainer created (on success and on error)."""
+        if self._owns_group and dist.is_initialized():
+            dist.destroy_process_group()
+        self._owns_group = False
 
     # --- resume / checkpoint ---------------------------------------------------------------
     def _resume(self, resume: str) -> None:
@@ -103,28 +153,30 @@ class Trainer:
             return
         if resume == "auto" and not tags:
             return  # a first start under a requeue-ready launcher: nothing to resume yet
-        tag = tags[-1] if resume == "auto" else resume
-        state = checkpoint.load(self.engine, self.ckpt_dir, tag)
+        if resume != "auto" and resume not in tags:
+            raise UserError(f"{self.ckpt_dir}: no complete checkpoint {resume!r} (have {', '.join(tags) or 'none'})")
+        tag, state = checkpoint.restore(self.engine, self.ckpt_dir, tags if resume == "auto" else [resume], fallback=resume == "auto")
         if len(state["loader"]) != self.world_size:
             raise RuntimeError(f"{self.ckpt_dir / tag}: saved by {len(state['loader'])} ranks, resuming with {self.world_size}")
         self.step, self.best = state["step"], state["best"]
+        self.eval_pending = bool(state.get("eval_pending", False))
         self.target_sum, self.target_count = state["targets"][self.rank]
         self.train_loader.load_state_dict(state["loader"][self.rank])
         checkpoint.set_rng_state(state["rng"][self.rank])
 
     def save_checkpoint(self) -> str:
+        """Checkpoint at self.step; the loader position saved is that of the first batch not yet
+        trained on (before any batches fetched ahead)."""
         client_state = {
             "step": self.step,
             "best": self.best,
+            "eval_pending": self.eval_pending,
             "targets": checkpoint.gather_to_all((self.target_sum, self.target_count)),
-            "loader": checkpoint.gather_to_all(self.train_loader.state_dict()),
+            "loader": checkpoint.gather_to_all(self.train_loader.state_dict(self._ahead_position)),
             "rng": checkpoint.gather_to_all(checkpoint.rng_state()),
         }
         protected = {self.best["tag"]} if "tag" in self.best else set()
         return checkpoint.save(self.engine, self.ckpt_dir, self.step, client_state, self.cfg.checkpoint.keep, protected)
-
-    def _on_signal(self, signum, frame) -> None:
-        self._stop_signal = True  # acted on at the next micro-batch boundary, by every rank together
 
     # --- data ----------------------------------------------------------------------------------
     def _train_batches(self) -> Iterator[Batch]:
@@ -133,7 +185,23 @@ class Trainer:
         while True:
             yield from self.train_loader
 
+    def _fetch(self, batches: Iterator[Batch]) -> list[Batch] | None:
+        """One step's micro-batches (host memory), or None when the loader's workers died under a stop
+        request (scancel signals them too); any other failure is raised."""
+        count = self.cfg.deepspeed.gradient_accumulation_steps
+        try:
+            micro = [next(batches) for _ in range(count)]
+        except RuntimeError:  # DataLoader: "worker (pid N) exited unexpectedly" / "is killed by signal"
+            self.stops.defer_worker_failures()
+            if self.stops.wait():
+                return None
+            raise
+        self.stops.defer_worker_failures()  # torch's SIGCHLD handler exists once a worker has started
+        return micro
+
     def _to_device(self, batch: Batch) -> Batch:
+        if self.device.type == "cuda" and not batch.node_mask.is_pinned():
+            batch = batch.pin_memory()  # in-process loading (num_workers 0): DataLoader pins otherwise
         batch = batch.to(self.device, non_blocking=True)
         if self.float_dtype != torch.float32:
             for name in ("svd_pe", "lap_pe", "lap_eigval"):
@@ -142,60 +210,113 @@ class Trainer:
                     setattr(batch, name, value.to(self.float_dtype))
         return batch
 
+    def _on_device(self, values: list[float]) -> torch.Tensor:
+        """A float64 vector of host values on the engine's device, without a synchronising copy."""
+        host = torch.tensor(values, dtype=torch.float64)
+        if self.device.type == "cuda":
+            host = host.pin_memory()
+        return host.to(self.device, non_blocking=True)
+
+    def _scored_pairs(self, batch: Batch) -> int:
+        """Node pairs EGT's distance loss scores in `batch` (both nodes real, hops ≤ ν)."""
+        aux = self.cfg.task.aux_distance
+        if aux is None:
+            return 0
+        real = batch.node_mask[:, :, None] & batch.node_mask[:, None, :]
+        return int((real & (batch.spd <= aux.max_hops)).sum())
+
     # --- one step ---------------------------------------------------------------------------------
-    def train_step(self, batches: Iterator[Batch]) -> StepResult:
-        """One optimizer step = gradient_accumulation_steps micro-batches that all ranks agree are finite."""
+    def train_step(self, batches: Iterator[Batch], fetch_next: bool = False) -> StepResult:
+        """One optimizer step over gradient_accumulation_steps micro-batches on every rank (see the
+        module docstring for the weighting, the collectives and the non-finite rule).
+
+        With `fetch_next`, the next step's micro-batches are fetched before this step's agreement,
+        so that a loader that died under a stop request is known to every rank now."""
         self.engine.train()
         start = time.perf_counter()
-        done = skipped = graphs = real_pairs = padded_pairs = 0
-        loss_sum = 0.0
-        stop = False
-        while done < self.cfg.deepspeed.gradient_accumulation_steps:
-            batch = self._to_device(next(batches))
+        micro, self._ahead = self._ahead or self._fetch(batches), []
+        self._ahead_position = None
+        if micro is None:
+            raise RuntimeError("the loader's workers died before the first step")  # only without fit's priming
+        labelled = [int(b.y_mask.sum()) for b in micro]
+        pairs = [self._scored_pairs(b) for b in micro]
+        totals = self._on_device([sum(labelled), sum(pairs)])
+        dist.all_reduce(totals)  # collective 1: the step's denominators over all ranks
+        inverse = totals.clamp(min=1).reciprocal().float()
+        backward_scale = float(self.world_size * len(micro))  # undoes DeepSpeed's ÷G and rank averaging
+        step_loss = torch.zeros((), device=self.device)
+        nonfinite = torch.zeros((), device=self.device)
+        for i, cpu_batch in enumerate(micro):
+            batch = self._to_device(cpu_batch)
             scores, aux_loss = self.engine(batch)
-            loss = task_loss(scores, batch.y, batch.y_mask, self.cfg.task)
+            loss = task_loss(scores, batch.y, batch.y_mask, self.cfg.task) * (labelled[i] * inverse[0])
             if aux_loss is not None:
-                loss = loss + aux_loss
-            flags = torch.tensor([0.0 if torch.isfinite(loss) else 1.0, float(self._stop_signal), loss.item() if torch.isfinite(loss) else 0.0], dtype=torch.float64)
-            dist.all_reduce(flags)  # sums: any non-finite, any stop request, total loss
-            if flags[0] > 0:
-                # No rank back-propagates this micro-batch, so no gradient holds any of it: it is
-                # dropped everywhere and the step takes the next one instead.
-                skipped += 1
-                if skipped >= self.cfg.max_nonfinite:
-                    raise FloatingPointError(f"{skipped} non-finite losses in a row at step {self.step}; stopping (lower optimizer.lr or check the data)")
-                continue
-            self.engine.backward(loss)
-            self.engine.step()
-            self._count_targets(batch)
-            graphs += batch.num_graphs
-            nodes = batch.node_mask.sum(dim=1)
-            real_pairs += int((nodes * nodes).sum())
-            padded_pairs += batch.num_graphs * batch.max_nodes**2
-            loss_sum += float(flags[2]) / self.world_size
-            done += 1
-            stop = stop or bool(flags[1] > 0)
+                loss = loss + aux_loss * (pairs[i] * inverse[1])
+            step_loss = step_loss + loss.detach()
+            nonfinite = nonfinite + (~torch.isfinite(loss.detach())).float()
+            self.engine.backward(loss * backward_scale)
+            if i + 1 < len(micro):
+                self.engine.step()  # not a boundary: DeepSpeed only counts the micro-step
+        missing = False
+        if fetch_next:
+            self._ahead_position = self.train_loader.position()
+            ahead = self._fetch(batches)
+            missing, self._ahead = ahead is None, ahead or []
+        flags = torch.cat([torch.stack([nonfinite.double(), step_loss.double()]), self._on_device([float(self.stops.requested), float(missing)])])
+        dist.all_reduce(flags)  # collective 2: [non-finite, loss, stop, next batches missing]
+        any_nonfinite, stop, any_missing = (v > 0 for v in flags[[0, 2, 3]].tolist())  # the step's one host sync
+        if any_nonfinite:
+            self._skip_update()
+        self.engine.step()  # the boundary: the optimizer step (a zero one when skipped)
         self.step += 1
-        return StepResult(loss_sum / done, graphs, real_pairs, padded_pairs, time.perf_counter() - start, skipped, stop)
+        self._nonfinite_run = self._nonfinite_run + 1 if any_nonfinite else 0
+        if self._nonfinite_run >= self.cfg.max_nonfinite:
+            raise FloatingPointError(f"{self._nonfinite_run} non-finite losses in a row (their steps skipped) at step {self.step}; stopping (lower optimizer.lr or check the data)")
+        if not any_nonfinite:
+            for batch in micro:
+                self._count_targets(batch)
+        graphs = sum(b.num_graphs for b in micro)
+        real_pairs = sum(int((b.node_mask.sum(dim=1) ** 2).sum()) for b in micro)
+        padded_pairs = sum(b.num_graphs * b.max_nodes**2 for b in micro)
+        return StepResult(flags[1], graphs, real_pairs, padded_pairs, time.perf_counter() - start, int(any_nonfinite), stop or any_missing)
+
+    def _skip_update(self) -> None:
+        """Make the coming optimizer step change no weight: zero gradients (NaN-free, so Adam's
+        moments stay finite) and learning rate 0 for this step; the scheduler sets the next one."""
+        from deepspeed.utils import safe_set_full_grad
+
+        for param in self.engine.module.parameters():
+            if param.requires_grad:
+                safe_set_full_grad(param, torch.zeros(param.ds_shape if hasattr(param, "ds_shape") else param.shape, dtype=torch.float32, device=self.device))
+        for group in self.engine.optimizer.param_groups:
+            group["lr"] = 0.0
 
     def _count_targets(self, batch: Batch) -> None:
-        mask = batch.y_mask.cpu()
-        self.target_sum += torch.where(mask, batch.y.cpu(), 0).double().sum(0)
+        mask = batch.y_mask
+        self.target_sum += torch.where(mask, batch.y, 0).double().sum(0)
         self.target_count += mask.double().sum(0)
 
     # --- evaluation -------------------------------------------------------------------------------
+    def _stop_after_loader_failure(self) -> bool:
+        self.stops.defer_worker_failures()
+        return self.stops.wait()
+
     @torch.no_grad()
-    def evaluate(self) -> dict[str, float]:
-        """Metrics of the eval split, each sample predicted exactly once across ranks (OGB Evaluator)."""
+    def evaluate(self) -> dict[str, float] | None:
+        """Metrics of the eval split, each sample predicted exactly once across ranks (OGB Evaluator);
+        None when a stop request killed a rank's loader workers (every rank returns None)."""
         self.engine.eval()
         idx, rows = [], []
         filler = self.eval_loader.filler_batch()
-        for batch in lockstep(self.eval_loader, filler, device=self.device if self.device.type == "cuda" else "cpu"):
-            batch = self._to_device(batch)
-            pred = predictions(self.engine(batch)[0], self.cfg.task)
-            target = torch.where(batch.y_mask, batch.y.float(), torch.nan)
-            idx.append(batch.idx)
-            rows.append(torch.cat([pred, target], dim=1))
+        try:
+            for batch in lockstep(self.eval_loader, filler, device=self.device, stop_on_failure=self._stop_after_loader_failure):
+                batch = self._to_device(batch)
+                pred = predictions(self.engine(batch)[0], self.cfg.task)
+                target = torch.where(batch.y_mask, batch.y.float(), torch.nan)
+                idx.append(batch.idx)
+                rows.append(torch.cat([pred, target], dim=1))
+        except EvaluationStopped:
+            return None
         expected = self.eval_loader.num_samples if self.cfg.data.loader.on_error == "raise" else None
         all_idx, all_rows = gather_predictions(idx, rows, expected=expected)
         t = all_rows.shape[1] // 2
@@ -204,10 +325,9 @@ class Trainer:
             self._save_predictions(all_idx.numpy(), y_pred, y_true)
         metrics = evaluate(y_pred, y_true, self.cfg.task)
         if self.cfg.task.loss != "bce":
-            totals = self.target_sum.clone(), self.target_count.clone()
-            dist.all_reduce(totals[0])
-            dist.all_reduce(totals[1])
-            mean = (totals[0] / totals[1].clamp(min=1)).numpy()
+            totals = torch.stack([self.target_sum, self.target_count]).to(self.device)
+            dist.all_reduce(totals)  # on the engine's device: NCCL reduces no CPU tensor
+            mean = (totals[0] / totals[1].clamp(min=1)).cpu().numpy()
             labelled = ~np.isnan(y_true)
             metrics["mean_predictor_mae"] = float(np.abs(y_true - mean)[labelled].mean()) if labelled.any() else float("nan")
         metrics["samples"] = int(all_idx.numel())
@@ -242,45 +362,73 @@ class Trainer:
 
     # --- the run ------------------------------------------------------------------------------------
     def fit(self) -> int:
-        """Train to schedule.total_steps (or max_steps); returns the process exit status."""
-        for signum in (signal.SIGTERM, signal.SIGUSR1):
-            signal.signal(signum, self._on_signal)
+        """Train to schedule.total_steps (or max_steps); returns the process exit status. Ends the
+        process group (when this Trainer made it), also on error."""
+        self.stops.install()
         last_step = min(self.cfg.schedule.total_steps, self.cfg.max_steps or self.cfg.schedule.total_steps)
         batches = self._train_batches()
         window = ThroughputWindow()
         try:
+            if self.eval_pending and self._evaluate_and_save(stop=False, final=self.step >= last_step, evaluate_now=True):
+                return self._stopped(save=False)  # the previous job stopped on an evaluation step, and this one too
+            if self.step < last_step and not self._prime(batches):
+                return self._stopped(save=self.step > 0 and checkpoint.tag_of(self.step) not in checkpoint.complete_tags(self.ckpt_dir))
             while self.step < last_step:
-                result = self.train_step(batches)
+                result = self.train_step(batches, fetch_next=self.step + 1 < last_step)
                 window.add(result)
-                if self.step % self.cfg.logging.every == 0 or self.step == last_step:
+                if self.step % self.cfg.logging.every == 0 or self.step == last_step or result.stop:
                     self._log_train(result, window)
                     window = ThroughputWindow()
-                self.log.progress(1, loss=result.loss, lr=self.scheduler.get_last_lr()[0],
-                                  graphs_per_s=result.graphs * self.world_size / max(1e-9, result.seconds))
-                self._evaluate_and_save(result, final=self.step == last_step)
-                if result.stop:
-                    self.log.message(f"step {self.step}: stop requested by signal; checkpoint saved, exiting with {EXIT_PREEMPTED} for requeue")
-                    return EXIT_PREEMPTED
+                self.log.progress(1)
+                if self._evaluate_and_save(stop=result.stop, final=self.step == last_step):
+                    return self._stopped(save=False)
         finally:
             self.log.close()
+            self.close()
         return 0
+
+    def _prime(self, batches: Iterator[Batch]) -> bool:
+        """Fetch the first step's micro-batches and agree that every rank has them and no stop was
+        requested (one all-reduce, once per job); False: stop before training."""
+        self._ahead_position = self.train_loader.position()
+        ahead = self._fetch(batches)
+        self._ahead = ahead or []
+        flags = self._on_device([float(ahead is None), float(self.stops.requested)])
+        dist.all_reduce(flags)
+        return not bool((flags > 0).any())
+
+    def _stopped(self, save: bool) -> int:
+        if save:
+            self.save_checkpoint()
+        self.log.message(f"step {self.step}: stop requested by signal; checkpoint at this step, exiting with {EXIT_PREEMPTED} for requeue")
+        return EXIT_PREEMPTED
 
     def _log_train(self, result: StepResult, window: ThroughputWindow) -> None:
         if self.step == window.steps:  # the first window: optimizer state exists after the first step
             per_rank = checkpoint.gather_to_all(self.optimizer_state_bytes())
             self.log.metrics(self.step, "memory", {f"optimizer_state_bytes_rank{r}": b for r, b in enumerate(per_rank)})
         if window.skipped:
-            self.log.message(f"step {self.step}: {window.skipped} micro-batch(es) with a non-finite loss dropped since the last line")
-        values = {"loss": result.loss, "lr": self.scheduler.get_last_lr()[0], "epoch": self.train_loader.epoch, "nonfinite_skipped": window.skipped}
-        self.log.metrics(self.step, "train", values | window.rates(self.world_size))
+            self.log.message(f"step {self.step}: {window.skipped} step(s) with a non-finite loss skipped since the last line")
+        loss, lr = float(result.loss), self.scheduler.get_last_lr()[0]  # the loss leaves the device here
+        values = {"loss": loss, "lr": lr, "epoch": self.train_loader.epoch, "nonfinite_skipped": window.skipped} | window.rates(self.world_size)
+        self.log.metrics(self.step, "train", values)
+        self.log.progress(0, loss=loss, lr=lr, graphs_per_s=values["graphs_per_s"])
 
-    def _evaluate_and_save(self, result: StepResult, final: bool) -> None:
+    def _evaluate_and_save(self, stop: bool, final: bool, evaluate_now: bool = False) -> bool:
         """Evaluate every eval.every steps, checkpoint every checkpoint.every steps, on a new best
-        metric and when a stop was requested; both at the last step."""
+        metric and when a stop was requested; both at the last step. A stop on an evaluation step
+        (also one that ends an evaluation midway) checkpoints and leaves the evaluation to the resumed
+        job (eval_pending). Returns whether to stop."""
         cfg = self.cfg
-        save = final or result.stop or self.step % cfg.checkpoint.every == 0
-        if final or (cfg.eval.every and self.step % cfg.eval.every == 0):
+        save = final or stop or (not evaluate_now and self.step % cfg.checkpoint.every == 0)  # evaluate_now: saved already
+        due = evaluate_now or final or (cfg.eval.every and self.step % cfg.eval.every == 0)
+        if due and not stop:
             metrics = self.evaluate()
+            stop = metrics is None
+        if due and stop:
+            self.eval_pending, save = True, True
+        elif due:
+            self.eval_pending = False
             save = self._maybe_best(metrics) or save
             self.log.metrics(self.step, cfg.data.eval_split, metrics)
             self.log.message(f"step {self.step} {cfg.data.eval_split}: " + " ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()))
@@ -288,3 +436,17 @@ class Trainer:
             self.save_checkpoint()
             if self.rank == 0 and "tag" in self.best:
                 atomic_write_text(self.run_dir / checkpoint.BEST_FILE, json.dumps(self.best))
+        return stop
+
+
+def _init_process_group() -> bool:
+    """Join the job's process group (True when this call created it). The CUDA device comes first:
+    NCCL binds a communicator to the current device when the group's first collective runs."""
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    if dist.is_initialized():
+        return False
+    import deepspeed
+
+    deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
+    return True

@@ -33,6 +33,10 @@ def test_every_target_once_equal_to_sampler_and_structure(store_path, tmp_path, 
     assert manifest["schema_version"] == schema.SCHEMA_VERSION == 2
     store = GraphStore.open(store_path)
     splits = ratio_split(store.labels, 0.1, 0)
+    for split, targets in splits.items():
+        labels = store.labels[targets]
+        counts = {"unknown": int((labels < 0).sum()), "normal": int((labels == 0).sum()), "anomalous": int((labels == 1).sum())}
+        assert manifest["task"]["label_counts"][split] == counts and counts["anomalous"] > 0
     sampler = EgoSampler(store.indptr, store.indices, (6, 4), 24, 0)
     for split, targets in splits.items():
         records = [rec for shard in manifest["splits"][split]["shards"] for _, rec in iter_shard(tmp_path / "shards" / shard["path"])]

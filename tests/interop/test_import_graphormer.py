@@ -31,7 +31,7 @@ PRE_LN = {**RELEASED, "post_ln": False}
 def fairseq_checkpoint(module, cfg: dict) -> dict:
     """A fairseq checkpoint of `module`'s weights, in the authors' layout and conventions."""
     sd = {k: v.clone() for k, v in module.state_dict().items()}
-    d, heads = cfg["hidden_dim"], cfg["num_heads"]
+    d = cfg["hidden_dim"]
     gen = torch.Generator().manual_seed(1)
     out = {}
     # atoms: their row v + 2 + V·c is our row v + 1 + V·c; their row 1 (no value) is never read

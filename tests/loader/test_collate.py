@@ -12,7 +12,7 @@ from gtscale.format.decode import Record
 from gtscale.loader.path_edges import graph_path_edges
 from gtscale.format.shardfile import ShardError
 
-ALL_KEYS = list(BATCH_KEYS)
+ALL_KEYS = [k for k in BATCH_KEYS if k != schema.TARGET_Y]  # the molecular keys; target_y: test_ego_loader.py
 
 
 def _records(nci_by_idx, count: int, start: int = 0) -> list[Record]:

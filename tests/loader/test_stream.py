@@ -190,7 +190,7 @@ def test_a_key_the_model_needs_but_the_shards_lack_is_named_with_its_producer(tm
     no_lap = replace(OPTIONS, lap_k=0)
     root = write_dataset(tmp_path / "nolap", nci_records(30, options=no_lap), {"valid": [30]}, options=no_lap)
     config = replace(CONFIG, keys=[schema.LAP_PE])
-    with pytest.raises(UserError, match=r"shards hold no 'lap_pe'.*--lap-k K \(K > 0\)"):
+    with pytest.raises(UserError, match=r"shards hold no 'lap_pe'.*`gtscale shard --lap-k K` with K > 0"):
         build_loader(root, "valid", config, train=False, rank=0, world_size=1)
     manifest = json.loads((root / "manifest.json").read_text())
     del manifest["transform"]["lap_k"]  # a manifest that does not say: the records do

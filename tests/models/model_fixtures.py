@@ -15,6 +15,7 @@ from gtscale.loader.batch import Batch
 from gtscale.format.schema import ATOM_FEATURE_DIMS, BOND_FEATURE_DIMS, FEATURE_SHIFT, SPD_MAX, SPD_UNREACHABLE
 
 SVD_RANK = 4
+LAP_K = 3
 PATH_HOPS = 4
 
 
@@ -40,6 +41,7 @@ def random_graph(rng: np.random.Generator, n: int, components: int = 1) -> dict:
         "edge_index": np.array([src, dst], dtype=np.int64).reshape(2, -1),
         "edge_attr": np.concatenate([attr, attr]) if len(undirected) else attr,
         "svd_pe": rng.standard_normal((n, 2 * SVD_RANK)).astype(np.float32),
+        "lap_pe": rng.standard_normal((n, LAP_K)).astype(np.float32),
     }
 
 
@@ -76,6 +78,7 @@ def make_batch(graphs: list[dict], pad_to: int | None = None) -> Batch:
         "in_degree": torch.zeros(b, n, dtype=torch.long),
         "out_degree": torch.zeros(b, n, dtype=torch.long),
         "svd_pe": torch.zeros(b, n, 2 * SVD_RANK),
+        "lap_pe": torch.zeros(b, n, LAP_K),
         "path_edges": torch.zeros(b, n, n, PATH_HOPS, fe, dtype=torch.long),
     }
     for k, (g, size) in enumerate(zip(graphs, sizes)):
@@ -88,6 +91,8 @@ def make_batch(graphs: list[dict], pad_to: int | None = None) -> Batch:
         out["in_degree"][k, :size] = torch.from_numpy(in_deg)
         out["out_degree"][k, :size] = torch.from_numpy(out_deg)
         out["svd_pe"][k, :size] = torch.from_numpy(g["svd_pe"])
+        if "lap_pe" in g:  # hand-built graphs may leave it out (0 = no encoding)
+            out["lap_pe"][k, :size] = torch.from_numpy(g["lap_pe"])
         out["path_edges"][k, :size, :size] = torch.from_numpy(path)
     return Batch(**out)
 
@@ -96,7 +101,7 @@ def permute_graph(batch: Batch, k: int, perm: torch.Tensor) -> Batch:
     """The batch with graph k's first len(perm) nodes relabelled: new node i = old node perm[i]."""
     n = len(perm)
     fields = {}
-    for name in ("node_feat", "node_mask", "in_degree", "out_degree", "svd_pe"):
+    for name in ("node_feat", "node_mask", "in_degree", "out_degree", "svd_pe", "lap_pe"):
         t = getattr(batch, name).clone()
         t[k, :n] = t[k, perm]
         fields[name] = t
@@ -114,4 +119,12 @@ TINY_EGT = {
 TINY_GRAPHORMER = {
     "name": "graphormer", "num_layers": 2, "hidden_dim": 16, "ffn_dim": 24, "num_heads": 4,
     "num_in_degree": 6, "num_out_degree": 6, "num_spatial": 8, "num_edge_dis": 6, "multi_hop_max_dist": 3,
+}
+TINY_ET = {
+    "name": "et", "form": "dense", "width": 16, "num_heads": 2, "head_dim": 8, "num_memories": 24,
+    "num_steps": 3, "step_size": 0.5, "lap_k": LAP_K,
+}
+TINY_ET_SPARSE = {**TINY_ET, "form": "sparse", "lap_k": 0, "cls_token": False, "learned_adjacency": False}
+TINY_MNAGT = {
+    "name": "mnagt", "num_layers": 2, "hidden_dim": 16, "num_kernels": 3, "num_heads": 4, "ffn_dim": 24,
 }

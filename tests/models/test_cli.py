@@ -10,7 +10,7 @@ from gtscale.cli import main
 from gtscale.errors import UserError
 from gtscale.models import build_model
 
-from model_fixtures import TINY_EGT, TINY_GRAPHORMER
+from model_fixtures import TINY_EGT, TINY_ET, TINY_ET_SPARSE, TINY_GRAPHORMER, TINY_MNAGT
 
 
 def test_model_info_prints_counts(capsys):
@@ -65,3 +65,27 @@ def test_bench_model_runs_and_writes_json(tmp_path, capsys, cfg):
     (result,) = figures["results"]
     assert result["graphs_per_s"] > 0 and result["gflop_per_step"] > 0 and result["peak_mem_mb"] > 0
     assert figures["setup"]["padded_nodes"] == 20 and figures["setup"]["threads"] == 1
+
+
+@pytest.mark.parametrize("cfg", [TINY_ET, TINY_MNAGT], ids=["et", "mnagt"])
+def test_bench_model_times_the_plain_implementation_too(tmp_path, capsys, cfg):
+    model_path, json_path = tmp_path / "tiny.yaml", tmp_path / "out.json"
+    model_path.write_text(yaml.safe_dump(cfg))
+    argv = ["bench", "model", "--model", str(model_path), "--batch-size", "4", "--precision", "fp32",
+            "--steps", "1", "--warmup", "0", "--threads", "1", "--json", str(json_path)]
+    assert main(argv) == 0
+    assert "model / plain throughput" in capsys.readouterr().out
+    figures = json.loads(json_path.read_text())
+    assert [r["implementation"] for r in figures["results"]] == ["model", "plain"]
+    assert figures["setup"]["ratios"][0]["speedup"] > 0
+
+
+def test_bench_model_on_a_generated_graph(tmp_path, capsys):
+    model_path, json_path = tmp_path / "tiny.yaml", tmp_path / "out.json"
+    model_path.write_text(yaml.safe_dump({**TINY_ET_SPARSE, "node_vocab": [], "node_float_dim": 4}))
+    argv = ["bench", "model", "--model", str(model_path), "--nodes", "300", "--edges", "2000", "--precision", "fp32",
+            "--steps", "1", "--warmup", "0", "--threads", "1", "--json", str(json_path)]
+    assert main(argv) == 0
+    assert "generated graph, 300 nodes, 2,000 random edges" in capsys.readouterr().out
+    figures = json.loads(json_path.read_text())
+    assert figures["setup"]["graph"] == "generated" and all(r["nodes_per_s"] > 0 for r in figures["results"])

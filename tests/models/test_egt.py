@@ -233,3 +233,39 @@ def test_fused_gated_attention_gradients(num_virtual):
     for got, expected in zip(grads, ref_grads):
         torch.testing.assert_close(got, expected)
     assert torch.isfinite(out).all()
+
+
+def test_continuous_features_on_an_ego_batch_train_a_node_head_on_the_target(ego_shards):
+    """EGT with node_float_dim: a linear embedding of node_feat_float, edge_vocab [1] ("an edge");
+    forward/backward through a node head read at each target node, padding nodes inert."""
+    from gtscale.format import schema
+    from gtscale.loader.config import LoaderConfig
+    from gtscale.loader.stream import build_loader
+    from gtscale.models import build_head
+    from gtscale.models.embeddings import ContinuousEmbedding
+    from gtscale.train.distributed_eval import target_predictions
+    from gtscale.train.node_metrics import node_bce
+
+    store, shards = ego_shards
+    config = LoaderConfig(node_budget=256, bucketing=False, num_workers=0, keys=[schema.SPD, schema.SVD_PE, schema.TARGET_Y])
+    batch = next(iter(build_loader(shards, "val", config, train=False, rank=0, world_size=1)))
+    assert not batch.node_mask.all(), "the batch has padding nodes"
+    model = _egt(node_float_dim=batch.node_feat_float.shape[-1], edge_vocab=[1], output_edges=False).train()
+    assert isinstance(model.node_embed, ContinuousEmbedding) and "node_feat_float" in model.batch_fields
+    head = build_head({"kind": "node", "num_outputs": 1}, model)
+    _, logits = target_predictions(batch, head(model(batch))[..., 0])
+    loss = node_bce(logits, batch.target_y.reshape(-1), batch.target_y_mask.reshape(-1), pos_weight=9.0)
+    loss.backward()
+    assert torch.isfinite(loss) and model.node_embed.linear.weight.grad.abs().sum() > 0
+    assert model.edge_embed.table.weight.grad[1].abs().sum() > 0, "the edge row is used"
+
+    model.eval()
+    noisy = batch.node_feat_float.clone()
+    noisy[~batch.node_mask] = 100.0
+    with torch.no_grad():
+        plain = target_predictions(batch, head(model(batch))[..., 0])[1]
+        batch.node_feat_float = noisy
+        assert torch.equal(target_predictions(batch, head(model(batch))[..., 0])[1], plain), "padding nodes are inert"
+    with pytest.raises(ValueError, match="no node_feat_float"):
+        batch.node_feat_float = None
+        model(batch)

@@ -35,3 +35,23 @@ def test_packing_round_trips():
     torch.testing.assert_close(channels.permute(1, 2, 3, 0), pack.unpack_pairs(pairs))
     torch.testing.assert_close(pack.channels_to_pairs(channels), pairs.t())
     torch.testing.assert_close(pack.pack_pairs(pack.unpack_pairs(pairs)), pairs)
+
+
+def test_graphormer_takes_continuous_features_by_the_same_switch(ego_shards):
+    from gtscale.format import schema
+    from gtscale.loader.config import LoaderConfig
+    from gtscale.loader.stream import build_loader
+    from gtscale.models import build_model
+    from gtscale.models.embeddings import ContinuousEmbedding
+    from model_fixtures import TINY_GRAPHORMER
+
+    _, shards = ego_shards
+    keys = [schema.SPD, schema.IN_DEGREE, schema.OUT_DEGREE, schema.TARGET_Y]
+    config = LoaderConfig(node_budget=256, bucketing=False, num_workers=0, keys=keys, path_edges_max_dist=3)
+    batch = next(iter(build_loader(shards, "val", config, train=False, rank=0, world_size=1)))
+    torch.manual_seed(0)
+    model = build_model({**TINY_GRAPHORMER, "node_float_dim": batch.node_feat_float.shape[-1], "edge_vocab": [1]})
+    assert isinstance(model.atom_embed, ContinuousEmbedding)
+    out = model(batch)
+    out.node.sum().backward()
+    assert torch.isfinite(out.node).all() and model.atom_embed.linear.weight.grad.abs().sum() > 0

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from model_fixtures import TINY_EGT, TINY_GRAPHORMER, make_batch, permute_graph, random_graph
+from model_fixtures import TINY_EGT, TINY_ET, TINY_ET_SPARSE, TINY_GRAPHORMER, TINY_MNAGT, make_batch, permute_graph, random_graph
 from gtscale.models import build_model
 
 VARIANTS = {
@@ -16,6 +16,13 @@ VARIANTS = {
     "egt-simple": {**TINY_EGT, "simple": True, "output_edges": False},
     "egt-ungated": {**TINY_EGT, "gated": False, "scale_degree": False},
     "graphormer": TINY_GRAPHORMER,
+    "et": TINY_ET,
+    "et-self-loops-no-cls": {**TINY_ET, "self_loops": True, "cls_token": False},
+    "et-sparse": TINY_ET_SPARSE,
+    "et-sparse-self-loops": {**TINY_ET_SPARSE, "self_loops": True},
+    "mnagt": TINY_MNAGT,
+    "mnagt-rw-concat-virtual": {**TINY_MNAGT, "normalization": "rw", "aggregation": "concat", "readout": "virtual"},
+    "mnagt-mean-sum": {**TINY_MNAGT, "aggregation": "mean", "readout": "sum", "num_kernels": 1},
 }
 
 
@@ -80,7 +87,7 @@ def test_bf16_autocast_is_finite(name, graphs):
         assert torch.isfinite(t).all()
 
 
-@pytest.mark.parametrize("name", ["egt", "egt-constrained", "graphormer"])
+@pytest.mark.parametrize("name", ["egt", "egt-constrained", "graphormer", "et", "et-sparse", "mnagt"])
 def test_bf16_backward_is_finite(name, graphs):
     """Padding queries of EGT-Constrained have every key masked: still no NaN, forward or back."""
     model = _model(name).train()
@@ -92,12 +99,16 @@ def test_bf16_backward_is_finite(name, graphs):
 
 
 def _dropouts(name: str) -> dict:
+    if name.startswith("et"):
+        return {"noise_std": 0.3}
+    if name.startswith("mnagt"):
+        return {"dropout": 0.1, "attention_dropout": 0.2}
     if name.startswith("egt"):
         return {"node_dropout": 0.1, "edge_dropout": 0.1, "attn_dropout": 0.2, "attn_maskout": 0.1}
     return {"dropout": 0.1, "attention_dropout": 0.2, "activation_dropout": 0.1}
 
 
-@pytest.mark.parametrize("name", ["egt", "egt-simple", "graphormer"])
+@pytest.mark.parametrize("name", ["egt", "egt-simple", "graphormer", "et", "et-sparse", "mnagt"])
 def test_checkpointing_gives_identical_gradients(name, graphs):
     """In training mode with every dropout on: the recomputation must replay the same masks."""
     batch = make_batch(graphs)
@@ -115,7 +126,7 @@ def test_checkpointing_gives_identical_gradients(name, graphs):
         torch.testing.assert_close(checkpointed[n], plain[n], atol=1e-6, rtol=1e-5, msg=n)
 
 
-@pytest.mark.parametrize("name", ["egt", "graphormer"])
+@pytest.mark.parametrize("name", ["egt", "graphormer", "et", "et-sparse", "mnagt"])
 def test_dropouts_act_only_in_training(name, graphs):
     batch = make_batch(graphs)
     plain, noisy = _model(name).eval(), _model(name, **_dropouts(name)).eval()
@@ -128,7 +139,7 @@ def test_dropouts_act_only_in_training(name, graphs):
 
 def test_single_node_and_disconnected_graphs_alone():
     rng = np.random.default_rng(5)
-    for name in ("egt", "egt-constrained", "graphormer"):
+    for name in ("egt", "egt-constrained", "graphormer", "et", "et-sparse", "mnagt"):
         model = _model(name).eval()
         for g in (random_graph(rng, 1), random_graph(rng, 5, components=5)):
             with torch.no_grad():

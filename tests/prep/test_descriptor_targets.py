@@ -7,7 +7,6 @@ import json
 
 import numpy as np
 import pandas as pd
-import pytest
 import rdkit
 from rdkit import Chem
 from rdkit.Chem import Descriptors

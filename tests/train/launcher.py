@@ -23,7 +23,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_ranks(world_size: int, args: list[str], log_dir: Path) -> list[subprocess.Popen]:
+def start_ranks(world_size: int, args: list[str], log_dir: Path, own_process_group: bool = False) -> list[subprocess.Popen]:
+    """One process per rank. With `own_process_group`, the ranks (and the DataLoader workers they
+    start) form a process group of their own, led by rank 0, as a SLURM job step's processes do:
+    `os.killpg(procs[0].pid, sig)` then signals them all, as scancel does, and not the test."""
     port = free_port()
     procs = []
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -33,7 +36,8 @@ def start_ranks(world_size: int, args: list[str], log_dir: Path) -> list[subproc
             "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(world_size), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
         }
         log = open(log_dir / f"rank{rank}.log", "ab")
-        procs.append(subprocess.Popen([sys.executable, "-m", "gtscale.cli", "train", *args], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO))
+        group = {"process_group": procs[0].pid if procs else 0} if own_process_group else {}
+        procs.append(subprocess.Popen([sys.executable, "-m", "gtscale.cli", "train", *args], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, **group))
     return procs
 
 

@@ -3,6 +3,7 @@
 import os
 import signal
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -140,3 +141,79 @@ def test_bf16_preset_trains_with_finite_losses(tpsa_shards, tmp_path):
     losses = [row["loss"] for row in metrics(tmp_path / "run").values()]
     assert len(losses) == 6 and all(np.isfinite(losses))
     assert (tmp_path / "run" / "config.yaml").read_text().count("precision: bf16") == 1
+
+
+def _client_state(run_dir, tag):
+    # The test's own checkpoint: DeepSpeed stores client_state in the model-states file.
+    return torch.load(run_dir / "checkpoints" / tag / "mp_rank_00_model_states.pt", weights_only=False)
+
+
+def test_sigterm_to_the_whole_process_group_checkpoints_the_current_step(tpsa_shards, tmp_path):
+    """scancel's SIGTERM reaches every process of the step, DataLoader workers included, which die.
+    The run still checkpoints at the step it reached, with the loader position of the first batch not
+    trained on, and exits 75. Every step evaluates here, so the stop lands on an evaluation step (or
+    inside an evaluation): the checkpoint comes first, and the resumed job evaluates."""
+    from gtscale.train.trainer import EXIT_PREEMPTED
+
+    cfg = write_config(tmp_path / "c.yaml", tpsa_shards, tmp_path / "run", schedule={"total_steps": 5000}, eval={"every": 1},
+                       data={"loader": {"num_workers": 2, "epoch_batches": 1000}}, checkpoint={"every": 1000})
+    procs = start_ranks(2, [str(cfg), "--resume", "auto"], tmp_path / "log", own_process_group=True)
+    deadline = time.time() + 240
+    while max(metrics(tmp_path / "run"), default=0) < 3:
+        assert time.time() < deadline and all(p.poll() is None for p in procs), logs(tmp_path / "log")
+        time.sleep(0.05)
+    workers = [pid for p in procs for pid in _children(p.pid)]
+    assert len(workers) >= 4  # 2 loader workers per rank (train; eval ones come and go)
+    os.killpg(procs[0].pid, signal.SIGTERM)
+    assert wait_all(procs, timeout=120) == [EXIT_PREEMPTED, EXIT_PREEMPTED], logs(tmp_path / "log")
+    import psutil
+
+    assert not [pid for pid in workers if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    tags = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir() if (p / "COMPLETE").exists())
+    step = max(metrics(tmp_path / "run"))
+    assert tags[-1] == f"step-{step:08d}", (tags, step)  # (older ones: new best metrics)
+    state = _client_state(tmp_path / "run", tags[-1])
+    assert state["step"] == step and state["eval_pending"]
+    assert [rank["batches"] for rank in state["loader"]] == [step, step]  # nothing fetched ahead is lost
+    assert step not in metrics(tmp_path / "run", "valid")
+
+    # The next job evaluates the step first (here it is also the last step: max_steps).
+    assert run_ranks(2, [str(cfg), f"max_steps={step}", "--resume", "auto"], tmp_path / "log2") == [0, 0], logs(tmp_path / "log2")
+    assert step in metrics(tmp_path / "run", "valid")
+
+
+def test_a_nonfinite_step_is_skipped_by_every_rank_and_changes_no_weight(tmp_path):
+    """One training molecule has an infinite target: the step that meets it has an infinite loss on
+    one rank; every rank skips that step's update (no weight changes, none becomes NaN), and the run
+    goes on. Gradient clipping is off, so DeepSpeed's own overflow check does not do the skipping."""
+    import csv
+
+    from rdkit import RDConfig
+
+    from gtscale.cli import main
+    from gtscale.train.export import export
+
+    smiles = [line.split()[0] for line in (Path(RDConfig.RDDataDir) / "NCI" / "first_5K.smi").read_text().splitlines()[:400] if line.strip()]
+    with open(tmp_path / "mols.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["smiles", "y", "split"])
+        for i, s in enumerate(smiles):
+            writer.writerow([s, "inf" if i == 7 else len(s), "train" if i < 300 else "valid"])
+    shards = tmp_path / "shards"
+    assert main(["shard", "smiles-csv", "--input", str(tmp_path / "mols.csv"), "--target-columns", "y", "--split-column", "split",
+                 "--out", str(shards), "--no-progress", "--lap-k", "0"]) == 0
+    cfg = write_config(tmp_path / "c.yaml", shards, tmp_path / "run", schedule={"total_steps": 24, "warmup_steps": 2},
+                       data={"loader": {"epoch_batches": 8, "num_workers": 0}}, deepspeed={"gradient_clipping": 0.0},
+                       checkpoint={"every": 1, "keep": 100}, task={"target_shift": 40.0, "target_scale": 20.0})
+    assert run_ranks(2, [str(cfg)], tmp_path / "log") == [0, 0], logs(tmp_path / "log")
+    rows = metrics(tmp_path / "run")
+    skipped = [s for s, row in rows.items() if row["nonfinite_skipped"]]
+    assert skipped and all(rows[s]["loss"] is None for s in skipped)  # once per epoch, where the molecule falls
+    assert all(np.isfinite(row["loss"]) for s, row in rows.items() if s not in skipped)
+    step = next(s for s in skipped if s > 1)  # one with a checkpoint before it
+    before = torch.load(export(tmp_path / "run", f"step-{step - 1:08d}", tmp_path / "before") / "model.pt", weights_only=True)
+    after = torch.load(export(tmp_path / "run", f"step-{step:08d}", tmp_path / "after") / "model.pt", weights_only=True)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    final = torch.load(export(tmp_path / "run", "latest", tmp_path / "final") / "model.pt", weights_only=True)
+    assert all(torch.isfinite(v).all() for v in final.values())
+    assert not all(torch.equal(final[k], after[k]) for k in final)  # and it trained on after the skip

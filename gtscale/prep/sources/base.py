@@ -35,7 +35,7 @@ class MoleculeTable:
     task_type: TaskType
     splits: dict[str, np.ndarray]  # split → row numbers (int64)
     source_files: list[Path] = field(default_factory=list)
-    names: list[str] | None = None  # the dataset's own ids where they are not integers; into meta["name"]
+    names: list[str | None] | None = None  # the dataset's own ids where they are not integers (None: blank); into meta["name"]
 
     def __post_init__(self):
         rows = len(self.smiles)
@@ -65,6 +65,12 @@ def require_columns(frame: pd.DataFrame, columns: list[str], path: Path) -> None
     missing = [c for c in columns if c not in frame.columns]
     if missing:
         raise UserError(f"{path}: missing column {missing[0]!r} (has {', '.join(map(str, frame.columns))})")
+
+
+def text_column(column: pd.Series) -> list[str]:
+    """A column as strings, "" where the cell is empty. (pandas 3 keeps NaN through astype(str), so
+    an empty SMILES cell would otherwise reach RDKit as a float.)"""
+    return column.astype(object).where(column.notna(), "").astype(str).tolist()
 
 
 def seeded_split(rows: int, seed: int = 0, fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)) -> dict[str, np.ndarray]:

@@ -18,7 +18,7 @@ import rdkit
 from rdkit import Chem
 from rdkit.Chem.FilterCatalog import FilterCatalog, FilterCatalogParams
 
-from gtscale.prep.sources.base import MoleculeTable, read_csv, seeded_split
+from gtscale.prep.sources.base import MoleculeTable, read_csv, seeded_split, text_column
 from gtscale.prep.sources.smiles import read_table
 from gtscale.errors import UserError
 
@@ -60,7 +60,7 @@ def pains_labels(smiles: list[str]) -> np.ndarray:
 
 def read_wehi_pains() -> MoleculeTable:
     frame = read_csv(WEHI, header=None, names=["smiles", "wehi_id"])
-    smiles = frame["smiles"].astype(str).tolist()
+    smiles = text_column(frame["smiles"])
     return MoleculeTable(
         name="wehi-pains",
         smiles=smiles,
@@ -70,5 +70,5 @@ def read_wehi_pains() -> MoleculeTable:
         task_type="graph_classification",
         splits=seeded_split(len(frame)),
         source_files=[WEHI],
-        names=frame["wehi_id"].astype(str).tolist(),
+        names=[n or None for n in text_column(frame["wehi_id"])],
     )

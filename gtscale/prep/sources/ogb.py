@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gtscale.prep.sources.base import MoleculeTable, read_csv, require_columns, require_file
+from gtscale.prep.sources.base import MoleculeTable, read_csv, require_columns, require_file, text_column
 from gtscale.errors import UserError
 from gtscale.io import safe_torch_load
 
@@ -57,7 +57,7 @@ def read_pcqm4mv2(root: Path) -> MoleculeTable:
         raise UserError(f"{data_path}: column idx must number the rows 0..{len(frame) - 1}")
     return MoleculeTable(
         name="pcqm4mv2",
-        smiles=frame["smiles"].astype(str).tolist(),
+        smiles=text_column(frame["smiles"]),
         idx=idx,
         targets=frame[["homolumogap"]].to_numpy(dtype=np.float32),
         target_names=["homolumogap"],
@@ -86,7 +86,7 @@ def read_ogbg_mol(root: Path, name: str) -> MoleculeTable:
             raise UserError(f"{path}: split files hold one integer row index per line ({err})") from err
     return MoleculeTable(
         name=name,
-        smiles=frame["smiles"].astype(str).tolist(),
+        smiles=text_column(frame["smiles"]),
         idx=np.arange(len(frame), dtype=np.int64),
         targets=frame[task_columns].to_numpy(dtype=np.float32),
         target_names=task_columns,

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gtscale.prep.sources.base import MoleculeTable, TaskType, read_csv, require_columns, seeded_split
+from gtscale.prep.sources.base import MoleculeTable, TaskType, read_csv, require_columns, seeded_split, text_column
 from gtscale.errors import UserError
 
 
@@ -25,17 +25,29 @@ def read_table(path: Path) -> pd.DataFrame:
     return read_csv(path)
 
 
-def _ids(frame: pd.DataFrame, id_column: str | None, path: Path) -> tuple[np.ndarray, list[str] | None]:
+def _ids(frame: pd.DataFrame, id_column: str | None, path: Path) -> tuple[np.ndarray, list[str | None] | None]:
     """(idx, names): the id column as idx when it holds integers; otherwise row numbers as idx and
-    the ids as names, which travel in each record's meta["name"]."""
+    the ids as names, which travel in each record's meta["name"] (left out where the cell is blank:
+    the record's idx still identifies it)."""
     if id_column is None:
         return np.arange(len(frame), dtype=np.int64), None
     column = frame[id_column]
-    if not column.is_unique:
-        raise UserError(f"{path}: id column {id_column!r} has duplicate values")
+    given = column[column.notna()]
+    if not given.is_unique:
+        raise UserError(f"{path}: id column {id_column!r} has duplicate values (e.g. {given[given.duplicated()].iloc[0]!r})")
     if pd.api.types.is_integer_dtype(column):
         return column.to_numpy(dtype=np.int64), None
-    return np.arange(len(frame), dtype=np.int64), column.astype(str).tolist()
+    return np.arange(len(frame), dtype=np.int64), [name or None for name in text_column(column)]
+
+
+def _splits(frame: pd.DataFrame, split_column: str, path: Path) -> dict[str, np.ndarray]:
+    """split name → rows; a blank label is an error naming its row (1 = the first data row)."""
+    labels = text_column(frame[split_column])
+    blank = next((i for i, label in enumerate(labels) if not label.strip()), None)
+    if blank is not None:
+        raise UserError(f"{path}: data row {blank + 1} has a blank split label in column {split_column!r}")
+    labels = np.asarray(labels)
+    return {name: np.flatnonzero(labels == name) for name in sorted(set(labels.tolist()))}
 
 
 def read_smiles_table(
@@ -50,8 +62,7 @@ def read_smiles_table(
     frame = read_table(path)
     require_columns(frame, [smiles_column, *target_columns] + [c for c in (id_column, split_column) if c], path)
     if split_column:
-        labels = frame[split_column].astype(str)
-        splits = {name: np.flatnonzero((labels == name).to_numpy()) for name in sorted(labels.unique())}
+        splits = _splits(frame, split_column, path)
     else:
         splits = seeded_split(len(frame), seed)
     try:
@@ -61,7 +72,7 @@ def read_smiles_table(
     idx, names = _ids(frame, id_column, path)
     return MoleculeTable(
         name=path.name,
-        smiles=frame[smiles_column].astype(str).tolist(),
+        smiles=text_column(frame[smiles_column]),
         idx=idx,
         targets=targets,
         target_names=list(target_columns),

@@ -1,0 +1,171 @@
+"""Sharder input problems (issue 9): --out, missing values, reruns with another plan or other code."""
+
+import json
+import os
+from pathlib import Path
+
+
+from gtscale.cli import main
+from gtscale.format import schema
+from gtscale.format.tario import iter_shard
+
+
+def shard(*args: str) -> int:
+    return main(["shard", *args, "--no-progress"])
+
+
+def one_error_line(capsys) -> str:
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1, err
+    return err[0]
+
+
+def files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()} if root.exists() else {}
+
+
+CSV = "smiles,id,split,y\nCCO,a,train,1\nc1ccccc1,b,train,2\nCC(=O)O,c,test,3\nCCN,d,test,4\n"
+
+
+def write_csv(tmp_path, text=CSV) -> Path:
+    path = tmp_path / "mols.csv"
+    path.write_text(text)
+    return path
+
+
+def csv_args(path: Path, out: Path, *extra: str) -> list[str]:
+    return ["smiles-csv", "--input", str(path), "--id-column", "id", "--split-column", "split", "--target-columns", "y", "--out", str(out), *extra]
+
+
+def test_out_that_is_a_file(tmp_path, capsys):
+    target = tmp_path / "taken"
+    target.write_text("mine")
+    assert shard(*csv_args(write_csv(tmp_path), target)) == 2
+    assert f"{target}: --out {target} needs a folder here, but this is a file" in one_error_line(capsys)
+    assert target.read_text() == "mine"
+
+
+def read_only_folder(tmp_path) -> Path:
+    """A folder this process cannot create files in (root ignores chmod: use /sys then)."""
+    if os.geteuid() == 0:
+        return Path("/sys/kernel")
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    return folder
+
+
+def test_unwritable_parts_folder_leaves_nothing_half_written(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "parts").symlink_to(read_only_folder(tmp_path), target_is_directory=True)
+    assert shard(*csv_args(write_csv(tmp_path), out)) == 2
+    assert "cannot write in this folder" in one_error_line(capsys)
+    assert sorted(p.name for p in out.iterdir()) == ["parts"]  # no plan, no shard without its part file
+
+
+def test_missing_values_read_by_pandas(tmp_path, capsys):
+    path = write_csv(tmp_path, "smiles,id,split,y\nCCO,a,train,1\n,b,train,2\nCC(=O)O,,test,3\n")
+    out = tmp_path / "out"
+    assert shard(*csv_args(path, out)) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["splits"]["train"]["rejected"] == {"empty_smiles": 1}
+    metas = [rec["meta"] for s in ("train", "test") for sh in manifest["splits"][s]["shards"] for _, rec in iter_shard(out / sh["path"])]
+    assert {m.get("name") for m in metas} == {"a", None}  # the blank id is left out, not NaN
+
+
+def test_blank_split_label_names_the_row(tmp_path, capsys):
+    path = write_csv(tmp_path, "smiles,id,split,y\nCCO,a,train,1\nCCN,b,,2\n")
+    assert shard(*csv_args(path, tmp_path / "out")) == 2
+    line = one_error_line(capsys)
+    assert str(path) in line and "data row 2 has a blank split label" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_rerun_with_another_shard_size_removes_the_old_plan(tmp_path, capsys):
+    out = tmp_path / "out"
+    args = ["nci-tpsa", "--out", str(out), "--lap-k", "0", "--svd-rank", "0", "--max-nodes", "12"]
+    assert shard(*args, "--shard-size", "100") == 0
+    old = set(files(out))
+    assert shard(*args, "--shard-size", "300") == 0  # fewer shards: train-000014… are the old plan's
+    assert "of an earlier plan" in capsys.readouterr().out
+    manifest = json.loads((out / "manifest.json").read_text())
+    listed = {s["path"] for info in manifest["splits"].values() for s in info["shards"]}
+    on_disk = {p for p in files(out) if p.endswith(".tar")}
+    parts = {p for p in files(out) if p.startswith("parts/")}
+    assert on_disk == listed and len(listed) < len({p for p in old if p.endswith(".tar")})
+    assert parts == {f"parts/{Path(p).stem}.json" for p in listed}
+
+
+def test_record_code_change_redoes_the_shards(tmp_path, monkeypatch):
+    """A featurizer fix must not leave the old shards standing as complete."""
+    from gtscale.prep import writer
+
+    out = tmp_path / "out"
+    args = ["nci-tpsa", "--out", str(out), "--lap-k", "0", "--svd-rank", "0", "--max-nodes", "12", "--shard-size", "5000"]
+    assert shard(*args) == 0
+    plan = json.loads((out / "plan.json").read_text())
+    monkeypatch.setattr(writer, "code_version", lambda: "a fixed featurizer")
+    assert shard(*args) == 0
+    assert json.loads((out / "plan.json").read_text())["fingerprint"] != plan["fingerprint"]
+    part = json.loads(next((out / "parts").glob("*.json")).read_text())
+    assert part["fingerprint"] != plan["fingerprint"]  # rewritten under the new code
+
+
+def test_code_version_ignores_comments_but_not_code(monkeypatch, tmp_path):
+    import importlib.util
+
+    from gtscale.prep import writer
+
+    def version_of(source: str) -> str:
+        path = tmp_path / f"m{abs(hash(source))}.py"
+        path.write_text(source)
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        monkeypatch.setattr(writer, "RECORD_CODE", (module,))
+        return writer.code_version()
+
+    base = version_of("def f(x):\n    return x + 1\n")
+    assert version_of("def f(x):  # a note\n\n    return x + 1\n") == base
+    assert version_of("def f(x):\n    return x + 2\n") != base
+
+
+def test_produced_by_names_flags_the_sharder_has():
+    import argparse
+
+    from gtscale.prep.cli import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    flags = {opt for action in parser._actions for opt in action.option_strings}
+    for key, text in schema.PRODUCED_BY.items():
+        named = {word.strip("`(),") for word in text.split() if word.startswith(("--", "`--"))}
+        assert named <= flags, (key, named - flags)
+    assert "without --no-spd" in schema.PRODUCED_BY[schema.SPD]
+
+
+DUPLICATES = "smiles,id,split,y\nCCO,a,train,1\nc1ccccc1,b,train,2\nOCC,c,test,3\nC(C)O,d,test,4\nCCN,e,valid,5\nNCC,f,train,6\n"
+
+
+def test_duplicates_are_counted_and_warned(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert shard(*csv_args(write_csv(tmp_path, DUPLICATES), out)) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    # CCO = OCC = C(C)O: two repeats, both in test; CCN (valid) repeats NCC (train, met first).
+    assert manifest["duplicates"] == {"molecules": 3, "across_splits": 3, "dropped": 0}
+    assert "warning: 3 records repeat an earlier molecule" in capsys.readouterr().err
+
+
+def test_drop_duplicates_keeps_the_training_copy(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert shard(*csv_args(write_csv(tmp_path, DUPLICATES), out, "--drop-duplicates")) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["duplicates"] == {"molecules": 0, "across_splits": 0, "dropped": 3}
+    assert {s: i["samples"] for s, i in manifest["splits"].items()} == {"train": 3, "test": 0, "valid": 0}
+    assert manifest["splits"]["test"]["rejected"] == {"duplicate": 2}
+    for info in manifest["splits"].values():
+        assert info["samples"] + sum(info["rejected"].values()) == info["rows"]
+    rejects = (out / "rejects.tsv").read_text().splitlines()[1:]
+    assert sorted(rejects) == ["2\ttest\tduplicate_of:0", "3\ttest\tduplicate_of:0", "4\tvalid\tduplicate_of:5"]
+    assert "warning" not in capsys.readouterr().err

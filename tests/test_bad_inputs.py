@@ -1,0 +1,184 @@
+"""The standing bad-input table: every known bad input → its one-line message, its exit status, and
+nothing else changed in the folder it was pointed at.
+
+A new command or a new bad input joins by adding a `Case` to CASES: `prepare` builds the input in a
+fresh folder from the shared fixtures and returns (argv, folder that must not change). Cases run
+in-process through gtscale.cli.main (fast), except those whose command needs a launcher
+(`gtscale train`: one real rank started as srun starts it). Trainer rows of issue 9 (lr ≤ 0, no
+launcher) belong here too, e.g.:
+    Case("train-lr-zero", prep_train_config(optimizer={"lr": 0.0}), "optimizer.lr", launcher=True)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from bad_files import copy_run, model_states, optim_states, plant_code, replace_shard, truncate
+from gtscale.cli import main
+
+sys.path.insert(0, str(Path(__file__).parent / "train"))
+from launcher import logs, run_ranks, write_config  # noqa: E402
+
+TAGS = ["step-00000002", "step-00000004"]
+
+
+@dataclass
+class Inputs:
+    """The shared, read-only fixtures a case copies from."""
+
+    shards: Path  # a sharded dataset (nci-tpsa, small)
+    run: Path  # a finished 1-rank ZeRO-2 run with complete checkpoints TAGS
+
+
+@dataclass
+class Case:
+    id: str
+    prepare: Callable[[Path, Inputs], tuple[list[str], Path]]  # (argv, folder that must not change)
+    fragment: str  # must appear in the one stderr line (or in stdout for exit statuses other than 2)
+    code: int = 2
+    launcher: bool = False  # `gtscale train`: run as one real rank
+    changes: tuple[str, ...] = ()  # path prefixes (in the watched folder) the command may add, change or remove
+
+
+# --- preparing inputs -------------------------------------------------------------------------
+def csv_input(text: str, *extra: str):
+    def prepare(tmp: Path, inputs: Inputs):
+        (tmp / "mols.csv").write_text(text)
+        out = tmp / "out"
+        argv = ["shard", "smiles-csv", "--input", str(tmp / "mols.csv"), "--id-column", "id", "--split-column", "split",
+                "--target-columns", "y", "--out", str(out), "--no-progress", *extra]
+        return argv, tmp
+    return prepare
+
+
+def out_is_a_file(tmp: Path, inputs: Inputs):
+    (tmp / "taken").write_text("mine")
+    return ["shard", "nci-tpsa", "--out", str(tmp / "taken"), "--no-progress"], tmp
+
+
+def parts_unwritable(tmp: Path, inputs: Inputs):
+    (tmp / "out").mkdir()
+    (tmp / "out" / "parts").symlink_to("/sys/kernel", target_is_directory=True)  # root ignores chmod
+    return ["shard", "nci-tpsa", "--out", str(tmp / "out"), "--no-progress"], tmp
+
+
+def rerun_with_bigger_shards(tmp: Path, inputs: Inputs):
+    argv = ["shard", "nci-tpsa", "--out", str(tmp / "out"), "--no-progress", "--lap-k", "0", "--svd-rank", "0", "--max-nodes", "12"]
+    assert main([*argv, "--shard-size", "200"]) == 0
+    return [*argv, "--shard-size", "600"], tmp
+
+
+EVERYTHING = ("",)
+def shards_copy(tmp: Path, inputs: Inputs) -> Path:
+    return Path(shutil.copytree(inputs.shards, tmp / "shards"))
+
+
+def inspect_bad_npy(kind: str):
+    def prepare(tmp: Path, inputs: Inputs):
+        shards = shards_copy(tmp, inputs)
+        replace_shard(shards, "train", 0, kind)
+        return ["inspect", str(shards), "--verify"], shards
+    return prepare
+
+
+def inspect_empty_split(tmp: Path, inputs: Inputs):
+    import json
+
+    shards = shards_copy(tmp, inputs)
+    manifest = json.loads((shards / "manifest.json").read_text())
+    manifest["splits"]["extra"] = {"rows": 0, "samples": 0, "shards": [], "rejected": {}}
+    (shards / "manifest.json").write_text(json.dumps(manifest))
+    return ["inspect", str(shards), "--split", "extra"], shards
+
+
+def run_with(change: Callable[[Path], object], *argv: str, resume: str | None = None):
+    """A copy of the shared run with `change(checkpoints folder)` applied; export, or resume if given."""
+    def prepare(tmp: Path, inputs: Inputs):
+        run = copy_run(inputs.run, tmp / "run")
+        change(run / "checkpoints")
+        if resume is None:
+            return ["export", str(run), *argv], run
+        cfg = write_config(tmp / "resume.yaml", inputs.shards, run, schedule={"total_steps": 4, "warmup_steps": 1}, checkpoint={"every": 2, "keep": 2})
+        return [str(cfg), "--resume", resume], run
+    return prepare
+
+
+def crafted(which, tag=TAGS[-1]):
+    return lambda ckpts: plant_code(which(ckpts / tag), ckpts.parent.parent / "marker")
+
+
+def best_json(text: str):
+    return lambda ckpts: (ckpts.parent / "best.json").write_text(text)
+
+
+CASES = [
+    # sharder input
+    Case("shard-out-is-a-file", out_is_a_file, "needs a folder here, but this is a file"),
+    Case("shard-parts-unwritable", parts_unwritable, "cannot write in this folder"),
+    Case("shard-blank-split-label", csv_input("smiles,id,split,y\nCCO,a,train,1\nCCN,b,,2\n"), "data row 2 has a blank split label"),
+    Case("shard-duplicate-molecules", csv_input("smiles,id,split,y\nCCO,a,train,1\nOCC,b,test,2\n"), "1 records repeat an earlier molecule",
+         code=0, changes=("out/",)),
+    Case("shard-empty-smiles-cell", csv_input("smiles,id,split,y\nCCO,a,train,1\n,b,train,2\n"), "(1 rejected", code=0, changes=EVERYTHING),
+    Case("shard-rerun-with-another-plan", rerun_with_bigger_shards, "of an earlier plan that the new manifest does not list", code=0, changes=EVERYTHING),
+    # shard folders
+    Case("inspect-verify-bad-npy-header", inspect_bad_npy("npy_header"), "FAIL", code=1),
+    Case("inspect-verify-object-array", inspect_bad_npy("object_array"), "FAIL", code=1),
+    Case("inspect-split-without-shards", inspect_empty_split, "--split 'extra': has no shards"),
+    # checkpoints: export
+    Case("export-crafted-model-states", run_with(crafted(model_states), "--tag", "latest"), "refused: loading it would run code"),
+    Case("export-crafted-optim-states", run_with(crafted(optim_states), "--tag", "latest"), "refused: loading it would run code"),
+    Case("export-malformed-best-json", run_with(best_json("{oops")), "best.json: malformed"),
+    Case("export-best-json-missing-tag", run_with(best_json('{"tag": "step-00000099"}')), "names checkpoint 'step-00000099'"),
+    Case("export-truncated-optim-states", run_with(lambda c: truncate(optim_states(c / TAGS[-1])), "--tag", "latest"), "corrupt or truncated checkpoint file"),
+    # checkpoints: --resume (a real rank)
+    Case("resume-crafted-model-states", run_with(crafted(model_states), resume=TAGS[-1]), "refused: loading it would run code", launcher=True),
+    Case("resume-crafted-optim-states", run_with(crafted(optim_states), resume=TAGS[-1]), "refused: loading it would run code", launcher=True),
+    Case("resume-auto-corrupt-newest", run_with(lambda c: truncate(optim_states(c / TAGS[-1])), resume="auto"),
+         f"resuming from the older complete checkpoint {TAGS[0]} instead", code=0, launcher=True, changes=EVERYTHING),
+]
+
+
+# --- running a case -----------------------------------------------------------------------------
+def files(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> Inputs:
+    root = tmp_path_factory.mktemp("bad_inputs")
+    shards = root / "shards"
+    assert main(["shard", "nci-tpsa", "--out", str(shards), "--shard-size", "2000", "--no-progress", "--lap-k", "0"]) == 0
+    cfg = write_config(root / "run.yaml", shards, root / "run", schedule={"total_steps": 4, "warmup_steps": 1}, checkpoint={"every": 2, "keep": 2})
+    assert run_ranks(1, [str(cfg)], root / "log") == [0], logs(root / "log")
+    return Inputs(shards=shards, run=root / "run")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input(case: Case, inputs: Inputs, tmp_path: Path, capsys):
+    argv, watched = case.prepare(tmp_path, inputs)
+    before = files(watched)
+    if case.launcher:
+        codes = run_ranks(1, argv, tmp_path / "log")
+        code, out, err = codes[0], "", (tmp_path / "log" / "rank0.log").read_text()
+        err = "\n".join(line for line in err.splitlines() if "error" in line or "warning:" in line)  # DeepSpeed logs around it
+    else:
+        code = main(argv)
+        out, err = capsys.readouterr()
+    assert code == case.code, (out, err)
+    if case.code == 2:
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert len(lines) == 1 and case.fragment in lines[0], err
+    else:
+        assert case.fragment in out + err, (out, err)
+    after = files(watched)
+    changed = {p for p in before.keys() | after.keys() if before.get(p) != after.get(p)}
+    assert all(p.startswith(case.changes) for p in changed), sorted(changed)
+    assert not (watched / "marker").exists() and not (tmp_path / "marker").exists()

@@ -1,0 +1,77 @@
+"""Every labelled target of an optimizer step weighs the same, whichever rank and micro-batch it is in.
+
+2 ranks × 2 accumulated micro-batches with node-budget batching (micro-batches of very different
+graph counts) take one AdamW step under DeepSpeed ZeRO-2; the update must be the one a single process
+computes from the mean loss over all graphs of the step. With eps ≫ |g|, AdamW's first update
+−lr·g/(|g|+eps) is nearly linear in the gradient, so a different weighting shows in it."""
+
+import numpy as np
+import pytest
+import torch
+
+from launcher import logs, run_ranks, write_config
+
+pytestmark = pytest.mark.slow
+
+LR, EPS = 1.0, 1.0  # large steps: the float32 rounding of p + Δ stays far below the tolerance
+
+
+def _step_batches(cfg, model, model_cfg, world_size: int, micro: int):
+    """The micro-batches each rank trains on in step 1: the trainer's loaders, rebuilt here."""
+    from gtscale.loader.stream import build_loader
+    from gtscale.train.task_model import loader_keys
+
+    loader_cfg = cfg.data.loader
+    loader_cfg.keys, loader_cfg.path_edges_max_dist = loader_keys(model.backbone, model_cfg)
+    loader_cfg.num_workers = 0  # same stream: a worker's shards and seeds depend on its logical id only
+    out = []
+    for rank in range(world_size):
+        loader = build_loader(cfg.data.shards, cfg.data.train_split, loader_cfg, train=True, rank=rank, world_size=world_size)
+        batches = iter(loader)
+        out += [next(batches) for _ in range(micro)]
+    return out
+
+
+def _adamw_first_update(model, loss) -> dict[str, np.ndarray]:
+    model.zero_grad()
+    loss.backward(retain_graph=True)
+    return {name: (-LR * p.grad / (p.grad.abs() + EPS)).numpy() for name, p in model.named_parameters()}
+
+
+def test_update_equals_mean_loss_over_all_graphs_of_the_step(tpsa_shards, tmp_path):
+    from gtscale.train.config import load_train_config
+    from gtscale.train.export import export
+    from gtscale.train.task_model import build_task_model
+
+    config = write_config(
+        tmp_path / "c.yaml", tpsa_shards, tmp_path / "run",
+        data={"loader": {"batching": "node_budget", "node_budget": 160, "num_workers": 1}},
+        optimizer={"lr": LR, "eps": EPS}, schedule={"total_steps": 1, "warmup_steps": 0, "min_lr": 0.0},
+        deepspeed={"gradient_accumulation_steps": 2, "gradient_clipping": 0.0},
+    )
+    assert run_ranks(2, [str(config)], tmp_path / "log") == [0, 0], logs(tmp_path / "log")
+    trained = torch.load(export(tmp_path / "run", "latest", tmp_path / "export") / "model.pt", weights_only=True)
+
+    cfg = load_train_config(config, [])
+    torch.manual_seed(cfg.seed)  # the trainer's initial weights
+    model, model_cfg = build_task_model(cfg, num_targets=1)
+    initial = {name: p.detach().clone().numpy() for name, p in model.named_parameters()}
+    batches = _step_batches(cfg, model, model_cfg, world_size=2, micro=2)
+    graphs = [b.num_graphs for b in batches]
+    assert len(set(graphs)) > 1, graphs  # node-budget batching: micro-batches of unequal graph counts
+
+    model.train()
+    errors = []
+    for batch in batches:
+        scores, _ = model(batch)
+        target = (batch.y - cfg.task.target_shift) / cfg.task.target_scale
+        errors.append((scores.float() - target).abs()[batch.y_mask])
+    expected = _adamw_first_update(model, torch.cat(errors).mean())  # one mean over every graph of the step
+    per_micro_mean = _adamw_first_update(model, torch.stack([e.mean() for e in errors]).mean())  # what the loop did before
+
+    scale = max(np.abs(u).max() for u in expected.values())
+    for name, update in expected.items():
+        got = trained[name].numpy() - initial[name]
+        np.testing.assert_allclose(got, update, rtol=1e-5, atol=1e-5 * scale, err_msg=name)
+    # The test can tell the two weightings apart: the old one is far outside its tolerance.
+    assert max(np.abs(per_micro_mean[n] - expected[n]).max() for n in expected) > 100 * 1e-5 * scale
