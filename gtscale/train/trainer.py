@@ -63,7 +63,7 @@ from gtscale.errors import UserError
 from gtscale.io import atomic_write_text
 from gtscale.train import checkpoint
 from gtscale.train.config import TrainConfig
-from gtscale.train.engine_config import deepspeed_config, warmup_cosine
+from gtscale.train.engine_config import deepspeed_config, lr_scheduler, param_groups
 from gtscale.train.run_log import RunLog
 from gtscale.train.stop_signals import StopSignals
 from gtscale.train.task_model import build_task_model, load_backbone, loader_keys
@@ -110,13 +110,12 @@ class Trainer:
         self.eval_loader = build_loader(self.manifest, cfg.data.eval_split, loader_cfg, train=False, rank=self.rank, world_size=self.world_size)
 
         micro = loader_cfg.batch_size if loader_cfg.batching == "graphs" else 1
-        floor = cfg.schedule.min_lr / cfg.optimizer.lr if cfg.optimizer.lr > 0 else 0.0
-        schedule = lambda optimizer: torch.optim.lr_scheduler.LambdaLR(  # noqa: E731
-            optimizer, lambda s: warmup_cosine(s, cfg.schedule.warmup_steps, cfg.schedule.total_steps, floor)
-        )
+        # Head first, then the backbone by depth, each group with its own LR (finetune.*); a frozen
+        # backbone is a zero LR for its groups, since ZeRO partitions ignore later requires_grad flips.
+        groups = param_groups(model, cfg)
         self.engine, _, _, self.scheduler = deepspeed.initialize(
-            model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
-            lr_scheduler=schedule, config=deepspeed_config(cfg, self.world_size, micro),
+            model=model, model_parameters=groups,
+            lr_scheduler=lr_scheduler(cfg, groups), config=deepspeed_config(cfg, self.world_size, micro),
         )
         self.device = self.engine.device
         self.float_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.deepspeed.precision, torch.float32)
