@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from gtscale.errors import UserError
 from gtscale.format import schema
@@ -23,7 +24,7 @@ from gtscale.loader.batch import Batch
 from gtscale.loader.config import LoaderConfig
 from gtscale.train.config import TaskConfig
 from gtscale.train.distributed_eval import target_predictions
-from gtscale.train.node_metrics import anomaly_weight, choose_threshold, node_bce, node_metrics
+from gtscale.train.node_metrics import choose_threshold, node_metrics
 
 
 def resolve_anomaly_weight(task: TaskConfig, manifest: dict, train_split: str) -> float:
@@ -52,12 +53,14 @@ def target_scores(batch: Batch, node_scores: torch.Tensor) -> tuple[torch.Tensor
 
 
 def node_task_loss(batch: Batch, node_scores: torch.Tensor, pos_weight: float) -> torch.Tensor:
-    """Mean weighted BCE over the batch's labelled targets; 0 (with a graph to the scores) when none is labelled."""
+    """Mean weighted BCE over the batch's labelled targets (node_metrics.node_bce's value, masked by
+    multiplication rather than indexing: no host synchronisation); 0 with a graph to the scores
+    when no target is labelled."""
     _, logits = target_scores(batch, node_scores)
-    mask = batch.target_y_mask.reshape(-1)
-    if not bool(mask.any()):
-        return logits.sum() * 0.0
-    return node_bce(logits, batch.target_y.reshape(-1), mask, pos_weight)
+    weight = torch.tensor(pos_weight, dtype=torch.float32, device=logits.device)
+    per_target = F.binary_cross_entropy_with_logits(logits, batch.target_y.reshape(-1).float(), pos_weight=weight, reduction="none")
+    mask = batch.target_y_mask.reshape(-1).to(per_target.dtype)
+    return (per_target * mask).sum() / mask.sum().clamp(min=1.0)
 
 
 def evaluate_nodes(scores: np.ndarray, labels: np.ndarray) -> dict[str, float]:

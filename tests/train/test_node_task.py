@@ -86,6 +86,15 @@ def test_node_loss_is_weighted_bce_at_the_targets(ego_shards):
     p = 1 / (1 + np.exp(-s))
     by_hand = -(omega * y * np.log(p) + (1 - y) * np.log(1 - p))[keep].mean()
     assert y[keep].sum() > 0 and loss == pytest.approx(by_hand, rel=1e-5)
+    from gtscale.train.node_metrics import node_bce
+
+    as_indexed = node_bce(torch.from_numpy(s).float(), torch.from_numpy(y).float(), torch.from_numpy(keep), omega)
+    assert loss == pytest.approx(float(as_indexed), rel=1e-5)
+    batch.target_y_mask[:] = False
+    scores.requires_grad_(True)
+    empty = node_task_loss(batch, scores, omega)
+    empty.backward()
+    assert float(empty.detach()) == 0.0 and scores.grad is not None and not scores.grad.any()
 
 
 def test_two_ranks_evaluate_each_target_once(ego_shards, tmp_path):
