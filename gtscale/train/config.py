@@ -211,8 +211,7 @@ def load_train_config(path: str | Path, overrides: list[str]) -> TrainConfig:
         raise UserError(f"data.shards: {manifest} not found (run `gtscale shard` first)")
     from gtscale.format.manifest import load_manifest
     from gtscale.models import parse_model_config
-
-    from gtscale.train.task_model import task_model_config
+    from gtscale.train.task_model import check_task_model, task_model_config
 
     contents = load_manifest(manifest)
     parse_model_config(task_model_config(cfg, contents))  # the model's own keys, checked here too
@@ -220,8 +219,6 @@ def load_train_config(path: str | Path, overrides: list[str]) -> TrainConfig:
     check_task(cfg.task, num_targets, manifest, contents.get("task", {}).get("type", GRAPH_TASK))
     if "num_outputs" in cfg.task.head:  # like the loader keys: replaced, so never silently
         raise UserError(f"task.head.num_outputs: set by the shards' number of targets ({num_targets} in {manifest}), not by the config; remove it")
-    from gtscale.train.task_model import check_task_model
-
     check_task_model(cfg, num_targets, contents)  # task.head and task.aux_distance fit the model
     splits = contents["splits"]
     for key in ("train_split", "eval_split"):
