@@ -224,6 +224,10 @@ def load_train_config(path: str | Path, overrides: list[str]) -> TrainConfig:
     for key in ("train_split", "eval_split"):
         if getattr(cfg.data, key) not in splits:
             raise UserError(f"data.{key}: {getattr(cfg.data, key)!r} is not a split of {manifest} (has {', '.join(splits)})")
+    if contents.get("task", {}).get("type") == NODE_TASK:
+        from gtscale.train.node_task import resolve_anomaly_weight
+
+        resolve_anomaly_weight(cfg.task, contents, cfg.data.train_split)  # auto needs both classes in the train split
     if cfg.init_from is not None and not Path(cfg.init_from).is_file():
         raise UserError(f"init_from: {cfg.init_from} not found (write it with `gtscale export RUN_DIR`)")
     return cfg

@@ -56,6 +56,7 @@ def test_node_config_resolves_model_and_weight(ego_shards, tmp_path):
     (["task.evaluator=pcqm4mv2", "task.loss=l1", "task.metric=mae"], "task.evaluator:"),
     (["task.anomaly_weight=-1.0"], "task.anomaly_weight: must be auto or a number > 0"),
     (["task.anomaly_weight=often"], "task.anomaly_weight:"),
+    (["data.train_split=nowhere"], "data.train_split: 'nowhere' is not a split of"),
 ])
 def test_node_shards_refuse_graph_task_settings(ego_shards, tmp_path, overrides, message):
     assert message in refusal(node_config(tmp_path, ego_shards[1]), *overrides)
@@ -65,6 +66,21 @@ def test_graph_shards_refuse_node_task(tpsa_shards, tmp_path):
     path = write_config(tmp_path / "c.yaml", tpsa_shards, tmp_path / "run", task=NODE_TASK)
     assert "task.evaluator: 'node-anomaly' needs node-task shards" in refusal(path)
     assert "task.loss: 'node_bce' needs evaluator 'node-anomaly'" in refusal(path, "task.evaluator=pcqm4mv2", "task.metric=mae")
+
+
+def test_auto_weight_needs_both_classes_in_the_train_split(ego_shards, tmp_path):
+    import shutil
+
+    shards = tmp_path / "shards"
+    shutil.copytree(ego_shards[1], shards)
+    manifest = json.loads((shards / "manifest.json").read_text())
+    manifest["task"]["label_counts"]["train"]["anomalous"] = 0
+    (shards / "manifest.json").write_text(json.dumps(manifest))
+    path = node_config(tmp_path, shards)
+    assert "task.anomaly_weight: auto needs both classes in split 'train'" in refusal(path)
+    from gtscale.train.config import load_train_config
+
+    assert load_train_config(path, ["task.anomaly_weight=3.0"]).task.anomaly_weight == 3.0
 
 
 def test_node_loss_is_weighted_bce_at_the_targets(ego_shards):
