@@ -14,7 +14,7 @@ import functools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, Optional
+from typing import Any, Callable, Literal, Optional, Union
 
 from gtscale.config import CONFIG_ROOT, apply_overrides, from_dict, load_yaml
 from gtscale.loader.config import LoaderConfig
@@ -41,17 +41,26 @@ class AuxDistanceConfig:
 
 @dataclass
 class TaskConfig:
-    loss: Literal["l1", "mse", "bce"] = "l1"  # l1 for MAE tasks (PCQM4Mv2), bce for binary tasks
-    metric: Literal["mae", "rmse", "rocauc", "ap"] = "mae"  # what selects the best checkpoint (the evaluator must report it)
+    # l1 for MAE tasks (PCQM4Mv2), bce for binary graph tasks, node_bce for node anomaly detection
+    # (weighted BCE at the target nodes, ET eq. 22; see anomaly_weight)
+    loss: Literal["l1", "mse", "bce", "node_bce"] = "l1"
+    # what selects the best checkpoint (the evaluator must report it); node-anomaly reports auroc,
+    # auprc, macro_f1 and rec_at_k (gtscale/train/node_metrics.py)
+    metric: Literal["mae", "rmse", "rocauc", "ap", "auroc", "auprc", "macro_f1", "rec_at_k"] = "mae"
     # pcqm4mv2 (OGB-LSC's evaluator, one target; reports mae, and rmse from the same predictions),
     # regression (any number of targets: mae and rmse of each target over its labelled rows, averaged
     # over targets; e.g. descriptor pretraining, MoleculeACE) or an ogbg dataset name whose target count matches the shards' (ogbg-molhiv: rocauc, ogbg-molpcba: ap,
-    # ogbg-molesol / -molfreesolv / -mollipo: rmse)
+    # ogbg-molesol / -molfreesolv / -mollipo: rmse), or node-anomaly (node shards of
+    # `gtscale shard graph-ego`: AUROC, AUPRC, Macro-F1, Rec@K of the eval split's target nodes)
     evaluator: str = "pcqm4mv2"
     head: dict = field(default_factory=dict)  # head overrides on top of the model YAML's `head` section (num_outputs: the shards' targets)
     target_scale: float = 1.0  # regression: the model predicts y / target_scale (keeps targets O(1))
     target_shift: float = 0.0  # regression: … and (y − target_shift)
     aux_distance: Optional[AuxDistanceConfig] = None  # EGT's auxiliary distance prediction; off when absent
+    # node_bce: ω, the weight of anomalous targets; auto = #normal / #anomalous of the train split
+    # (the manifest's task.label_counts), 1 = plain BCE
+    anomaly_weight: Union[Literal["auto"], float] = "auto"
+    features_baseline: bool = True  # node tasks: also fit and report a features-only logistic regression
 
     @property
     def higher_is_better(self) -> bool:
@@ -168,6 +177,7 @@ RANGES: dict[str, tuple[Callable[[Any, "TrainConfig"], bool], str]] = {
     "logging.every": (lambda v, _: v >= 1, ">= 1"),
     "task.target_scale": (_finite(0.0, low_open=True), "> 0"),
     "task.target_shift": (lambda v, _: math.isfinite(v), "finite"),
+    "task.anomaly_weight": (lambda v, _: v == "auto" or (math.isfinite(v) and v > 0), "auto or a number > 0"),
     "task.aux_distance.max_hops": (lambda v, _: v >= 1, ">= 1"),
     "task.aux_distance.weight": (_finite(0.0), ">= 0"),
     "max_nonfinite": (lambda v, _: v >= 1, ">= 1"),
@@ -214,28 +224,53 @@ def load_train_config(path: str | Path, overrides: list[str]) -> TrainConfig:
         raise UserError(f"data.shards: {manifest} not found (run `gtscale shard` first)")
     from gtscale.format.manifest import load_manifest
     from gtscale.models import parse_model_config
+    from gtscale.train.task_model import check_task_model, task_model_config
 
-    parse_model_config(resolve_model_config(cfg))  # the model's own keys, checked here too
     contents = load_manifest(manifest)
+    parse_model_config(task_model_config(cfg, contents))  # the model's own keys, checked here too
     num_targets = int(contents.get("task", {}).get("num_targets", 1))
-    check_task(cfg.task, num_targets, manifest)
+    check_task(cfg.task, num_targets, manifest, contents.get("task", {}).get("type", GRAPH_TASK))
     if "num_outputs" in cfg.task.head:  # like the loader keys: replaced, so never silently
         raise UserError(f"task.head.num_outputs: set by the shards' number of targets ({num_targets} in {manifest}), not by the config; remove it")
-    from gtscale.train.task_model import check_task_model
-
-    check_task_model(cfg, num_targets)  # task.head and task.aux_distance fit the model
+    check_task_model(cfg, num_targets, contents)  # task.head and task.aux_distance fit the model
     splits = contents["splits"]
     for key in ("train_split", "eval_split"):
         if getattr(cfg.data, key) not in splits:
             raise UserError(f"data.{key}: {getattr(cfg.data, key)!r} is not a split of {manifest} (has {', '.join(splits)})")
+    if contents.get("task", {}).get("type") == NODE_TASK:
+        from gtscale.train.node_task import resolve_anomaly_weight
+
+        resolve_anomaly_weight(cfg.task, contents, cfg.data.train_split)  # auto needs both classes in the train split
     if cfg.init_from is not None and not Path(cfg.init_from).is_file():
         raise UserError(f"init_from: {cfg.init_from} not found (write it with `gtscale export RUN_DIR`)")
     return cfg
 
 
-def check_task(task: TaskConfig, num_targets: int, manifest: Path | str = "the shards") -> None:
-    """The evaluator must exist, fit the shards' number of targets and report the metric that
-    selects the best checkpoint; the loss must suit the metric."""
+#: manifest task.type of node shards (`gtscale shard graph-ego`); any other type is a graph task.
+NODE_TASK = "node_binary_classification"
+GRAPH_TASK = "graph"
+#: The evaluator of node shards, and what it reports (all higher is better).
+NODE_EVALUATOR = "node-anomaly"
+NODE_METRICS = ("auroc", "auprc", "macro_f1", "rec_at_k")
+
+
+def check_task(task: TaskConfig, num_targets: int, manifest: Path | str = "the shards", task_type: str = GRAPH_TASK) -> None:
+    """The evaluator must exist, fit the shards' task type and number of targets and report the
+    metric that selects the best checkpoint; the loss must suit the metric."""
+    if (task_type == NODE_TASK) != (task.evaluator == NODE_EVALUATOR):
+        if task_type == NODE_TASK:
+            raise UserError(f"task.evaluator: {manifest} holds node-task shards ({NODE_TASK}); use evaluator {NODE_EVALUATOR!r} with loss node_bce")
+        raise UserError(f"task.evaluator: {NODE_EVALUATOR!r} needs node-task shards (`gtscale shard graph-ego`), but {manifest} holds a graph task")
+    if task.evaluator == NODE_EVALUATOR:
+        if task.loss != "node_bce":
+            raise UserError(f"task.loss: {task.loss!r} does not suit evaluator {NODE_EVALUATOR!r} (use node_bce)")
+        if task.metric not in NODE_METRICS:
+            raise UserError(f"task.metric: {task.metric!r} is not reported by evaluator {NODE_EVALUATOR!r} (it reports {', '.join(NODE_METRICS)})")
+        if task.aux_distance is not None:
+            raise UserError("task.aux_distance: not supported for node tasks (remove it)")
+        return
+    if task.loss == "node_bce":
+        raise UserError(f"task.loss: 'node_bce' needs evaluator {NODE_EVALUATOR!r} on node-task shards")
     if task.evaluator == "pcqm4mv2":
         reported, tasks = {"mae", "rmse"}, 1
     elif task.evaluator == "regression":
@@ -252,6 +287,8 @@ def check_task(task: TaskConfig, num_targets: int, manifest: Path | str = "the s
         raise UserError(f"task.evaluator: {task.evaluator!r} scores {tasks} target(s) but {manifest} has {num_targets}; choose an evaluator for {num_targets} target(s)")
     if task.metric not in reported:
         raise UserError(f"task.metric: {task.metric!r} is not reported by evaluator {task.evaluator!r} (it reports {', '.join(sorted(reported))})")
+    if task.metric in NODE_METRICS:
+        raise UserError(f"task.metric: {task.metric!r} is reported by evaluator {NODE_EVALUATOR!r} only (node tasks)")
     if (task.loss == "bce") != (task.metric not in ERROR_METRICS):
         raise UserError(f"task.loss: {task.loss!r} does not suit metric {task.metric!r} (bce for rocauc/ap, l1 or mse for mae/rmse)")
 

@@ -15,7 +15,7 @@ from gtscale.io import safe_torch_load
 from gtscale.loader.batch import Batch
 from gtscale.models.config import HeadConfig
 from gtscale.models.heads import head_input_dim
-from gtscale.train.config import TrainConfig, resolve_model_config
+from gtscale.train.config import NODE_TASK, TrainConfig, resolve_model_config
 
 
 class GraphTaskModel(nn.Module):
@@ -38,13 +38,31 @@ class GraphTaskModel(nn.Module):
         return self.head(outputs), aux
 
 
-def build_task_model(cfg: TrainConfig, num_targets: int) -> tuple[GraphTaskModel, dict]:
+def is_node_task(manifest: dict | None) -> bool:
+    """Whether the shards hold node targets (`gtscale shard graph-ego`) rather than graph targets."""
+    return manifest is not None and manifest.get("task", {}).get("type") == NODE_TASK
+
+
+def task_model_config(cfg: TrainConfig, manifest: dict | None = None) -> dict:
+    """The model config with what the shards decide: for node shards, node_float_dim from the
+    manifest's features (where the model config leaves it 0) and a node head (scores per node,
+    read at the target nodes by the trainer)."""
+    model_cfg = resolve_model_config(cfg)
+    if is_node_task(manifest):
+        if not model_cfg.get("node_float_dim"):
+            model_cfg["node_float_dim"] = int(manifest.get("features", {}).get("node_float", 0))
+        model_cfg["head"] = {**model_cfg.get("head", {}), "kind": "node"}
+    return model_cfg
+
+
+def build_task_model(cfg: TrainConfig, num_targets: int, manifest: dict | None = None) -> tuple[GraphTaskModel, dict]:
     """The backbone the config names, its task head (the model YAML's `head` with task.head on top,
-    one output per target) and EGT's distance head when task.aux_distance is set. A head the
-    backbone cannot carry is a UserError naming task.head or task.aux_distance."""
+    one output per target; a node head on node shards) and EGT's distance head when
+    task.aux_distance is set. A head the backbone cannot carry is a UserError naming task.head or
+    task.aux_distance."""
     from gtscale.models import build_head, build_model
 
-    model_cfg = resolve_model_config(cfg)
+    model_cfg = task_model_config(cfg, manifest)
     backbone = build_model(model_cfg)
     head_cfg = from_dict(HeadConfig, {**model_cfg.get("head", {"kind": "graph"}), **cfg.task.head, "num_outputs": num_targets}, prefix="task.head.")
     _check_fits(head_cfg, backbone, "task.head.kind")
@@ -63,12 +81,12 @@ def _check_fits(head_cfg: HeadConfig, backbone: nn.Module, key: str) -> None:
         raise UserError(f"{key}: {err}") from None
 
 
-def check_task_model(cfg: TrainConfig, num_targets: int) -> None:
+def check_task_model(cfg: TrainConfig, num_targets: int, manifest: dict | None = None) -> None:
     """Build the task model on the meta device (shapes only, no memory, no initialisation cost), so
     that task.head and task.aux_distance are checked with the rest of the config, before any
     process group starts."""
     with torch.device("meta"):
-        build_task_model(cfg, num_targets)
+        build_task_model(cfg, num_targets, manifest)
 
 
 def load_backbone(model: GraphTaskModel, path: str) -> int:
@@ -108,11 +126,12 @@ def _names(keys: list[str], limit: int = 6) -> str:
     return ", ".join(keys[:limit]) + (f", … {len(keys) - limit} more" if len(keys) > limit else "")
 
 
-def loader_keys(backbone: nn.Module, model_cfg: dict) -> tuple[list[str], int]:
-    """Optional Batch fields the model reads (+ targets), and the path-edge distance it needs."""
+def loader_keys(backbone: nn.Module, model_cfg: dict, node_task: bool = False) -> tuple[list[str], int]:
+    """Optional Batch fields the model reads (+ targets: target_y for node shards, y for graph
+    shards), and the path-edge distance it needs."""
     from gtscale.loader.collate import BATCH_KEYS
 
     fields = [f for f in backbone.batch_fields if f in BATCH_KEYS and f != "path_edges"]
     path_dist = int(model_cfg.get("multi_hop_max_dist", 0)) if "path_edges" in backbone.batch_fields else 0
-    return sorted(set(fields) | {schema.Y}), path_dist
+    return sorted(set(fields) | {schema.TARGET_Y if node_task else schema.Y}), path_dist
 

@@ -29,6 +29,11 @@ W ranks, so the trainer back-propagates W·G times that contribution. EGT's auxi
 is weighted the same way over the scored node pairs (hop count ≤ ν) of the step: κ times the mean
 cross-entropy over every scored pair the step saw.
 
+Node tasks (ego-subgraph shards, manifest task.type node_binary_classification; node_task.py): the
+labelled targets are the target nodes (target_y_mask), the loss is the weighted BCE of the node
+head's scores at them, and evaluation gathers (global node id, score, label) rows, keyed by node
+id, once across ranks; the rest (weighting, collectives, lockstep) is the graph tasks' own.
+
 Non-finite losses. A step whose loss is non-finite on any rank is skipped by every rank: its
 gradients are set to zero (deepspeed.utils.safe_set_full_grad) and the optimizer steps with learning
 rate 0, so no weight changes (Adam's moments decay by β once; the schedule advances). The step still
@@ -66,7 +71,8 @@ from gtscale.train.config import TrainConfig
 from gtscale.train.engine_config import deepspeed_config, lr_scheduler, param_groups
 from gtscale.train.run_log import RunLog
 from gtscale.train.stop_signals import StopSignals
-from gtscale.train.task_model import build_task_model, load_backbone, loader_keys
+from gtscale.train.node_task import evaluate_nodes, features_baseline, labelled_targets, node_task_loss, resolve_anomaly_weight, target_scores
+from gtscale.train.task_model import build_task_model, is_node_task, load_backbone, loader_keys
 from gtscale.train.tasks import evaluate, predictions, task_loss
 from gtscale.train.throughput import StepResult, ThroughputWindow
 
@@ -98,10 +104,12 @@ class Trainer:
 
         self.manifest = load_manifest(cfg.data.shards)
         num_targets = int(self.manifest["task"]["num_targets"])
-        model, self.model_cfg = build_task_model(cfg, num_targets)
+        self.node_task = is_node_task(self.manifest)
+        self.pos_weight = resolve_anomaly_weight(cfg.task, self.manifest, cfg.data.train_split) if self.node_task else 1.0
+        model, self.model_cfg = build_task_model(cfg, num_targets, self.manifest)
         if cfg.init_from is not None:
             load_backbone(model, cfg.init_from)
-        keys, path_dist = loader_keys(model.backbone, self.model_cfg)
+        keys, path_dist = loader_keys(model.backbone, self.model_cfg, self.node_task)
         loader_cfg = cfg.data.loader
         loader_cfg.keys, loader_cfg.path_edges_max_dist = keys, path_dist
         # Page-locked batches make the host→GPU copies asynchronous (non_blocking below).
@@ -136,6 +144,17 @@ class Trainer:
             atomic_write_text(self.run_dir / "config.yaml", yaml.safe_dump(resolved, sort_keys=False))
         dist.barrier()
         self.log = RunLog(self.run_dir, self.rank == 0, cfg.logging.tensorboard, cfg.logging.progress, cfg.schedule.total_steps, self.step)
+        if self.node_task and self.rank == 0:
+            self._log_node_task_start()
+
+    def _log_node_task_start(self) -> None:
+        """Rank 0, once per job: ω, and the features-only baseline on the same train/eval targets."""
+        self.log.message(f"node task: weighted BCE with anomaly weight ω = {self.pos_weight:.4f}; Macro-F1's threshold is chosen on the eval split {self.cfg.data.eval_split!r} itself")
+        if not self.cfg.task.features_baseline:
+            return
+        baseline = features_baseline(self.manifest, self.cfg.data.train_split, self.cfg.data.eval_split)
+        self.log.metrics(self.step, "baseline", baseline)
+        self.log.message(f"features-only logistic regression on {self.cfg.data.eval_split}: baseline_auroc {baseline['baseline_auroc']:.4f} baseline_auprc {baseline['baseline_auprc']:.4f}")
 
     def close(self) -> None:
         """End the process group this Trainer created (on success and on error)."""
@@ -237,7 +256,7 @@ class Trainer:
         self._ahead_position = None
         if micro is None:
             raise RuntimeError("the loader's workers died before the first step")  # only without fit's priming
-        labelled = [int(b.y_mask.sum()) for b in micro]
+        labelled = [labelled_targets(b) if self.node_task else int(b.y_mask.sum()) for b in micro]
         pairs = [self._scored_pairs(b) for b in micro]
         totals = self._on_device([sum(labelled), sum(pairs)])
         dist.all_reduce(totals)  # collective 1: the step's denominators over all ranks
@@ -248,7 +267,7 @@ class Trainer:
         for i, cpu_batch in enumerate(micro):
             batch = self._to_device(cpu_batch)
             scores, aux_loss = self.engine(batch)
-            loss = task_loss(scores, batch.y, batch.y_mask, self.cfg.task) * (labelled[i] * inverse[0])
+            loss = self._loss(batch, scores) * (labelled[i] * inverse[0])
             if aux_loss is not None:
                 loss = loss + aux_loss * (pairs[i] * inverse[1])
             step_loss = step_loss + loss.detach()
@@ -279,6 +298,12 @@ class Trainer:
         padded_pairs = sum(b.num_graphs * b.max_nodes**2 for b in micro)
         return StepResult(flags[1], graphs, real_pairs, padded_pairs, time.perf_counter() - start, int(any_nonfinite), stop or any_missing)
 
+    def _loss(self, batch: Batch, scores: torch.Tensor) -> torch.Tensor:
+        """The batch's mean loss over its labelled targets (graphs, or target nodes)."""
+        if self.node_task:
+            return node_task_loss(batch, scores, self.pos_weight)
+        return task_loss(scores, batch.y, batch.y_mask, self.cfg.task)
+
     def _skip_update(self) -> None:
         """Make the coming optimizer step change no weight: zero gradients (NaN-free, so Adam's
         moments stay finite) and learning rate 0 for this step; the scheduler sets the next one."""
@@ -291,6 +316,9 @@ class Trainer:
             group["lr"] = 0.0
 
     def _count_targets(self, batch: Batch) -> None:
+        """Running target sums for the mean predictor of regression tasks (node tasks have none)."""
+        if self.node_task:
+            return
         mask = batch.y_mask
         self.target_sum += torch.where(mask, batch.y, 0).double().sum(0)
         self.target_count += mask.double().sum(0)
@@ -302,15 +330,23 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float] | None:
-        """Metrics of the eval split, each sample predicted exactly once across ranks (OGB Evaluator);
-        None when a stop request killed a rank's loader workers (every rank returns None)."""
+        """Metrics of the eval split, each sample predicted exactly once across ranks (OGB Evaluator;
+        node tasks: each target node once, keyed by its global id, node_task.evaluate_nodes); None
+        when a stop request killed a rank's loader workers (every rank returns None)."""
         self.engine.eval()
         idx, rows = [], []
         filler = self.eval_loader.filler_batch()
         try:
             for batch in lockstep(self.eval_loader, filler, device=self.device, stop_on_failure=self._stop_after_loader_failure):
                 batch = self._to_device(batch)
-                pred = predictions(self.engine(batch)[0], self.cfg.task)
+                scores = self.engine(batch)[0]
+                if self.node_task:  # keyed by global node id; padding targets and filler graphs carry FILLER_IDX
+                    ids, pred = target_scores(batch, scores)
+                    target = torch.where(batch.target_y_mask, batch.target_y.float(), torch.nan).reshape(-1)
+                    idx.append(ids)
+                    rows.append(torch.stack([pred, target], dim=1))
+                    continue
+                pred = predictions(scores, self.cfg.task)
                 target = torch.where(batch.y_mask, batch.y.float(), torch.nan)
                 idx.append(batch.idx)
                 rows.append(torch.cat([pred, target], dim=1))
@@ -322,8 +358,8 @@ class Trainer:
         y_pred, y_true = all_rows[:, :t].numpy(), all_rows[:, t:].numpy()
         if self.rank == 0:
             self._save_predictions(all_idx.numpy(), y_pred, y_true)
-        metrics = evaluate(y_pred, y_true, self.cfg.task)
-        if self.cfg.task.loss != "bce":
+        metrics = evaluate_nodes(y_pred[:, 0], y_true[:, 0]) if self.node_task else evaluate(y_pred, y_true, self.cfg.task)
+        if self.cfg.task.loss in ("l1", "mse"):  # regression: how far a constant (the train mean) gets
             totals = torch.stack([self.target_sum, self.target_count]).to(self.device)
             dist.all_reduce(totals)  # on the engine's device: NCCL reduces no CPU tensor
             mean = (totals[0] / totals[1].clamp(min=1)).cpu().numpy()

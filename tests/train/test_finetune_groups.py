@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from gtscale.config import from_dict
 from gtscale.errors import UserError

@@ -1,0 +1,108 @@
+"""Node anomaly detection in the trainer: the loss at the target nodes, the metrics of the gathered
+predictions and the features-only baseline (shards of `gtscale shard graph-ego`).
+
+A node-task batch holds one ego subgraph per target; the model's node head scores every node and
+`target_predictions` reads the scores at the target nodes. The loss is node_metrics.node_bce (ET
+eq. 22) with ω = task.anomaly_weight, by default #normal / #anomalous of the train split's targets
+(the manifest's task.label_counts, counted by the sharder).
+
+Threshold. Macro-F1 needs a decision threshold, which the papers choose on the validation nodes and
+apply unchanged to the test nodes (node_metrics.evaluate_splits). The trainer evaluates one split,
+so it chooses the threshold on that split itself: its Macro-F1 is the best one over thresholds, an
+optimistic figure for a test split (AUROC, AUPRC and Rec@K need no threshold and are unaffected).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from gtscale.errors import UserError
+from gtscale.format import schema
+from gtscale.loader.batch import Batch
+from gtscale.loader.config import LoaderConfig
+from gtscale.train.config import TaskConfig
+from gtscale.train.distributed_eval import target_predictions
+from gtscale.train.node_metrics import choose_threshold, node_metrics
+
+
+def resolve_anomaly_weight(task: TaskConfig, manifest: dict, train_split: str) -> float:
+    """ω of the weighted BCE: task.anomaly_weight, or with `auto` #normal / #anomalous of the train
+    split's targets from the manifest (a UserError when that split lacks either class)."""
+    if task.anomaly_weight != "auto":
+        return float(task.anomaly_weight)
+    counts = manifest.get("task", {}).get("label_counts", {}).get(train_split)
+    if counts is None:
+        raise UserError(f"task.anomaly_weight: auto needs the manifest's task.label_counts.{train_split}; set a number instead")
+    normal, anomalous = int(counts.get("normal", 0)), int(counts.get("anomalous", 0))
+    if normal == 0 or anomalous == 0:
+        raise UserError(f"task.anomaly_weight: auto needs both classes in split {train_split!r} ({normal} normal, {anomalous} anomalous); set a number instead")
+    return normal / anomalous
+
+
+def labelled_targets(batch: Batch) -> int:
+    """Labelled target nodes of a batch: the count that weighs its loss in an optimizer step."""
+    return int(batch.target_y_mask.sum())
+
+
+def target_scores(batch: Batch, node_scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(global target ids [B·T], logits at the target nodes [B·T]) from the node head's [B, N, 1]."""
+    ids, values = target_predictions(batch, node_scores)
+    return ids, values.reshape(-1).float()
+
+
+def node_task_loss(batch: Batch, node_scores: torch.Tensor, pos_weight: float) -> torch.Tensor:
+    """Mean weighted BCE over the batch's labelled targets (node_metrics.node_bce's value, masked by
+    multiplication rather than indexing: no host synchronisation); 0 with a graph to the scores
+    when no target is labelled."""
+    _, logits = target_scores(batch, node_scores)
+    weight = torch.tensor(pos_weight, dtype=torch.float32, device=logits.device)
+    per_target = F.binary_cross_entropy_with_logits(logits, batch.target_y.reshape(-1).float(), pos_weight=weight, reduction="none")
+    mask = batch.target_y_mask.reshape(-1).to(per_target.dtype)
+    return (per_target * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def evaluate_nodes(scores: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """AUROC, AUPRC, Macro-F1 and Rec@K of one split's labelled targets (labels NaN = unknown), the
+    threshold chosen on this split itself (see the module docstring); {} without both classes."""
+    known = ~np.isnan(labels)
+    scores, labels = scores[known], labels[known].astype(np.int64)
+    if labels.size == 0 or labels.min() == labels.max():
+        return {}
+    threshold = choose_threshold(labels, scores)
+    return node_metrics(labels, scores, threshold) | {"threshold": threshold}
+
+
+def target_features(manifest: dict, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """(features [n, F], labels [n]) of a split's labelled targets, read from the shards (the target
+    node's x_float, as the model sees it): one pass over the split in this process."""
+    from gtscale.loader.stream import build_loader
+
+    config = LoaderConfig(batching="graphs", batch_size=256, bucketing=False, num_workers=0, keys=[schema.TARGET_Y], sign_flip=False)
+    features, labels = [], []
+    for batch in build_loader(manifest, split, config, train=False, rank=0, world_size=1):
+        _, values = target_predictions(batch, batch.node_feat_float)
+        keep = batch.target_y_mask.reshape(-1)
+        features.append(values[keep].numpy())
+        labels.append(batch.target_y.reshape(-1)[keep].numpy())
+    return np.concatenate(features), np.concatenate(labels).astype(np.int64)
+
+
+def features_baseline(manifest: dict, train_split: str, eval_split: str) -> dict[str, float]:
+    """AUROC and AUPRC on `eval_split` of a logistic regression (scikit-learn; standardised features,
+    balanced class weights) fit on `train_split`'s labelled targets: what the node features alone
+    achieve, without the graph. Reads both splits once (task.features_baseline: false skips it on
+    huge graphs)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import average_precision_score, roc_auc_score
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    train_x, train_y = target_features(manifest, train_split)
+    test_x, test_y = target_features(manifest, eval_split)
+    model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000, class_weight="balanced"))
+    model.fit(train_x, train_y)
+    scores = model.decision_function(test_x)
+    return {"baseline_auroc": float(roc_auc_score(test_y, scores)), "baseline_auprc": float(average_precision_score(test_y, scores)),
+            "baseline_train_nodes": int(train_y.size), "baseline_eval_nodes": int(test_y.size)}
