@@ -4,9 +4,8 @@ nothing else changed in the folder it was pointed at.
 A new command or a new bad input joins by adding a `Case` to CASES: `prepare` builds the input in a
 fresh folder from the shared fixtures and returns (argv, folder that must not change). Cases run
 in-process through gtscale.cli.main (fast), except those whose command needs a launcher
-(`gtscale train`: one real rank started as srun starts it). Trainer rows of issue 9 (lr ≤ 0, no
-launcher) belong here too, e.g.:
-    Case("train-lr-zero", prep_train_config(optimizer={"lr": 0.0}), "optimizer.lr", launcher=True)
+(`gtscale train`: one real rank started as srun starts it). Training configs are refused before
+any process group starts, so their rows run in-process too.
 """
 
 from __future__ import annotations
@@ -110,6 +109,14 @@ def run_with(change: Callable[[Path], object], *argv: str, resume: str | None = 
     return prepare
 
 
+def train_config(**sections):
+    """`gtscale train` on a config with `sections` replaced; refused before any process starts."""
+    def prepare(tmp: Path, inputs: Inputs):
+        cfg = write_config(tmp / "bad.yaml", inputs.shards, tmp / "run", **sections)
+        return ["train", str(cfg)], tmp
+    return prepare
+
+
 def crafted(which, tag=TAGS[-1]):
     return lambda ckpts: plant_code(which(ckpts / tag), ckpts.parent.parent / "marker")
 
@@ -137,6 +144,13 @@ CASES = [
     Case("export-malformed-best-json", run_with(best_json("{oops")), "best.json: malformed"),
     Case("export-best-json-missing-tag", run_with(best_json('{"tag": "step-00000099"}')), "names checkpoint 'step-00000099'"),
     Case("export-truncated-optim-states", run_with(lambda c: truncate(optim_states(c / TAGS[-1])), "--tag", "latest"), "corrupt or truncated checkpoint file"),
+    # training configs (refused before any process group starts)
+    Case("train-negative-lr", train_config(optimizer={"lr": -1.0}), "optimizer.lr"),
+    Case("train-warmup-beyond-total", train_config(schedule={"total_steps": 10, "warmup_steps": 20}), "schedule.warmup_steps"),
+    Case("train-checkpoint-every-zero", train_config(checkpoint={"every": 0}), "checkpoint.every"),
+    Case("train-logging-every-zero", train_config(logging={"every": 0}), "logging.every"),
+    Case("train-loader-keys-set", train_config(data={"loader": {"keys": ["spd"]}}), "data.loader.keys"),
+    Case("train-unknown-head-key", train_config(task={"head": {"widths": [8]}}), "task.head"),
     # checkpoints: --resume (a real rank)
     Case("resume-crafted-model-states", run_with(crafted(model_states), resume=TAGS[-1]), "refused: loading it would run code", launcher=True),
     Case("resume-crafted-optim-states", run_with(crafted(optim_states), resume=TAGS[-1]), "refused: loading it would run code", launcher=True),
