@@ -79,3 +79,19 @@ def embed_nodes(embed: nn.Module, batch) -> torch.Tensor:
             raise ValueError("this model takes continuous node features (node_float_dim > 0); the batch has no node_feat_float")
         return embed(batch.node_feat_float, batch.node_mask)
     return embed(batch.node_feat)
+
+
+def embed_edge_batch(node_embed: nn.Module | None, float_embed: nn.Linear | None, batch, model: str) -> torch.Tensor:
+    """[N_total, dim] node embeddings of an EdgeBatch for the edge-list models (sparse ET, MNA-GT):
+    the categorical table's sum plus the linear map of the continuous features, whichever the
+    model has; `model` names it in the error when the batch lacks an input it embeds."""
+    x = 0
+    if node_embed is not None:
+        if batch.node_feat is None:
+            raise ValueError(f"this {model} embeds categorical node features; the batch has no node_feat")
+        x = node_embed(batch.node_feat)
+    if float_embed is not None:
+        if batch.x_float is None:
+            raise ValueError(f"this {model} embeds {float_embed.in_features} continuous features; the batch has no x_float")
+        x = x + float_embed(batch.x_float.to(float_embed.weight.dtype))
+    return x

@@ -37,7 +37,7 @@ from torch import nn
 from gtscale.loader.batch import Batch
 from gtscale.loader.edge_batch import EdgeBatch
 from gtscale.models.config import MNAGTConfig
-from gtscale.models.embeddings import FeatureEmbedding
+from gtscale.models.embeddings import FeatureEmbedding, embed_edge_batch
 from gtscale.models.layers import dropout, run_layer
 from gtscale.models.outputs import Outputs
 
@@ -153,16 +153,7 @@ class MNAGT(nn.Module):
         return ("node_feat", "node_mask", "edge_feat")
 
     def _embed(self, batch: EdgeBatch) -> torch.Tensor:
-        x = 0
-        if self.node_embed is not None:
-            if batch.node_feat is None:
-                raise ValueError("this MNA-GT embeds categorical node features; the batch has no node_feat")
-            x = self.node_embed(batch.node_feat)
-        if self.float_embed is not None:
-            if batch.x_float is None:
-                raise ValueError(f"this MNA-GT embeds {self.cfg.node_float_dim} continuous features; the batch has no x_float")
-            x = x + self.float_embed(batch.x_float.to(self.float_embed.weight.dtype))
-        return x
+        return embed_edge_batch(self.node_embed, self.float_embed, batch, "MNA-GT")
 
     def _propagation(self, batch: EdgeBatch) -> Propagation:
         n, b = batch.num_nodes, batch.num_graphs

@@ -30,7 +30,7 @@ from torch import nn
 from gtscale.loader.batch import Batch
 from gtscale.loader.edge_batch import EdgeBatch
 from gtscale.models.config import ETConfig
-from gtscale.models.embeddings import FeatureEmbedding
+from gtscale.models.embeddings import FeatureEmbedding, embed_edge_batch
 from gtscale.models.et.energy import ETBlock
 from gtscale.models.layers import run_layer
 from gtscale.models.outputs import Outputs
@@ -78,16 +78,7 @@ class SparseET(nn.Module):
         return ("node_feat", "node_mask", "edge_feat")
 
     def embed(self, batch: EdgeBatch) -> torch.Tensor:
-        x = 0
-        if self.node_embed is not None:
-            if batch.node_feat is None:
-                raise ValueError("this ET embeds categorical node features; the batch has no node_feat")
-            x = self.node_embed(batch.node_feat)
-        if self.float_embed is not None:
-            if batch.x_float is None:
-                raise ValueError(f"this ET embeds {self.cfg.node_float_dim} continuous features; the batch has no x_float")
-            x = x + self.float_embed(batch.x_float.to(self.float_embed.weight.dtype))
-        return x
+        return embed_edge_batch(self.node_embed, self.float_embed, batch, "ET")
 
     def structure(self, batch: EdgeBatch) -> EdgeGraph:
         src, dst = batch.edge_index
