@@ -202,6 +202,11 @@ DEEPSPEED_PRESETS = CONFIG_ROOT / "deepspeed"
 MODEL_CHOSEN_LOADER_KEYS = ("keys", "path_edges_max_dist")
 
 
+#: What the trainer records in a run's config.yaml beside the TrainConfig itself (read back by
+#: `gtscale evaluate`, which must leave them out to rebuild the TrainConfig).
+RUN_RECORD_KEYS = ("model_resolved", "world_size", "backend")
+
+
 def load_train_config(path: str | Path, overrides: list[str]) -> TrainConfig:
     """Config file + dotted overrides → TrainConfig, checked; relative paths are taken from the cwd."""
     raw = load_yaml(path)

@@ -21,7 +21,7 @@ import yaml
 from gtscale.config import from_dict
 from gtscale.errors import UserError
 from gtscale.io import atomic_write_text, safe_torch_load
-from gtscale.train.config import TrainConfig
+from gtscale.train.config import RUN_RECORD_KEYS, TrainConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,7 +36,7 @@ def run_config(run_dir: Path) -> TrainConfig:
     if not path.is_file():
         raise UserError(f"{run_dir}: not a run directory (no config.yaml)")
     raw = yaml.safe_load(path.read_text())
-    raw = {k: v for k, v in raw.items() if k not in ("model_resolved", "world_size")}
+    raw = {k: v for k, v in raw.items() if k not in RUN_RECORD_KEYS}
     return from_dict(TrainConfig, raw)
 
 

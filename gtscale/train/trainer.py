@@ -140,7 +140,9 @@ class Trainer:
         self._resume(resume)
         if self.rank == 0:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            resolved = to_dict(cfg) | {"model_resolved": self.model_cfg, "world_size": self.world_size, "backend": dist.get_backend()}
+            # keys of config.RUN_RECORD_KEYS, which `gtscale evaluate` leaves out when it reads this back
+            record = {"model_resolved": self.model_cfg, "world_size": self.world_size, "backend": dist.get_backend()}
+            resolved = to_dict(cfg) | record
             atomic_write_text(self.run_dir / "config.yaml", yaml.safe_dump(resolved, sort_keys=False))
         dist.barrier()
         self.log = RunLog(self.run_dir, self.rank == 0, cfg.logging.tensorboard, cfg.logging.progress, cfg.schedule.total_steps, self.step)
