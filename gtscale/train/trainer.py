@@ -476,14 +476,29 @@ class Trainer:
         return stop
 
 
+#: What torch's env:// rendezvous reads (torchrun sets them; launch_env derives them under srun).
+RENDEZVOUS_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
 def _init_process_group() -> bool:
     """Join the job's process group (True when this call created it). The CUDA device comes first:
-    NCCL binds a communicator to the current device when the group's first collective runs."""
-    if torch.cuda.is_available():
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    NCCL binds a communicator to the current device when the group's first collective runs.
+
+    Under CUDA the NCCL group is created here with `device_id`, which binds its communicator to
+    this rank's GPU at once; without it NCCL guesses the device from the global rank ("Guessing
+    device ID based on global rank. This can cause a hang if rank to GPU mapping is heterogeneous",
+    printed by launch/gpu-check on an H200). DeepSpeed then adopts the existing group. Without the
+    rendezvous variables (no launcher), DeepSpeed's own discovery (MPI, AzureML) creates it."""
+    cuda = torch.cuda.is_available()
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if cuda:
+        torch.cuda.set_device(local_rank)
     if dist.is_initialized():
         return False
     import deepspeed
+    from deepspeed.constants import default_pg_timeout
 
-    deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
+    if cuda and all(key in os.environ for key in RENDEZVOUS_ENV):
+        dist.init_process_group("nccl", timeout=default_pg_timeout, device_id=torch.device("cuda", local_rank))
+    deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo", timeout=default_pg_timeout)
     return True
