@@ -86,7 +86,7 @@ class Trainer:
         self.cfg = cfg
         self.run_dir = Path(cfg.run_dir)
         self.ckpt_dir = self.run_dir / "checkpoints"
-        self._owns_group = _init_process_group()
+        self._owns_group = join_process_group()
         try:
             self._build(cfg, resume)
         except BaseException:
@@ -480,7 +480,7 @@ class Trainer:
 RENDEZVOUS_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
-def _init_process_group() -> bool:
+def join_process_group() -> bool:
     """Join the job's process group (True when this call created it). The CUDA device comes first:
     NCCL binds a communicator to the current device when the group's first collective runs.
 
@@ -500,5 +500,19 @@ def _init_process_group() -> bool:
 
     if cuda and all(key in os.environ for key in RENDEZVOUS_ENV):
         dist.init_process_group("nccl", timeout=default_pg_timeout, device_id=torch.device("cuda", local_rank))
+    if not cuda:
+        _skip_shared_memory_allreduce_build()
     deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo", timeout=default_pg_timeout)
     return True
+
+
+def _skip_shared_memory_allreduce_build() -> None:
+    """DeepSpeed's CPU backend JIT-compiles a C++ shared-memory all-reduce (deepspeed_shm_comm) when
+    its process group starts. Only DeepSpeed's inference all-reduce uses it; training never does. The
+    compile takes 40 s to 3 min on 2 cores, with every other rank waiting on its lock, and is redone
+    whenever the extension cache was last built by another ninja or virtual environment. Marking the
+    op incompatible (DeepSpeed keeps the probe's result in one module dict for such edits) makes the
+    backend fall back to plain torch.distributed, which is what training uses anyway."""
+    import deepspeed.ops
+
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False

@@ -13,6 +13,7 @@ from torch import nn
 from gtscale.config import from_dict
 from gtscale.train.config import TrainConfig
 from gtscale.train.engine_config import deepspeed_config, lr_scheduler, param_groups
+from gtscale.train.trainer import join_process_group
 
 
 class Backbone(nn.Module):
@@ -39,7 +40,7 @@ class Model(nn.Module):
 
 
 def main(frozen: int, steps: int) -> None:
-    deepspeed.init_distributed(dist_backend="gloo")
+    join_process_group()  # as the trainer joins it (gloo on the CPU)
     cfg = from_dict(TrainConfig, {
         "data": {"shards": "unused"}, "model": "egt-small", "optimizer": {"lr": 0.01, "weight_decay": 0.1},
         "schedule": {"total_steps": steps, "warmup_steps": 0}, "finetune": {"freeze_backbone_steps": frozen, "backbone_lr_scale": 0.5},

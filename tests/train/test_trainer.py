@@ -25,11 +25,14 @@ def losses(run_dir, steps):
     return np.array([rows[s]["loss"] for s in steps])
 
 
-def test_two_ranks_equal_one_rank_with_accumulation(tpsa_shards, tmp_path):
+def test_two_ranks_equal_one_rank_with_accumulation(tpsa_shards, tmp_path, monkeypatch):
     """2 ranks × micro-batch b ≡ 1 rank × 2 accumulated micro-batches of b (ZeRO-2), step for step.
 
     Rank r of the 2-rank run reads the shards that DataLoader worker r of the 1-rank run reads, and
-    the DataLoader interleaves its 2 workers' batches: the same data meets the same weights."""
+    the DataLoader interleaves its 2 workers' batches: the same data meets the same weights.
+    Neither run compiles DeepSpeed's shared-memory all-reduce (a C++ build that training never uses)."""
+    extensions = tmp_path / "torch_extensions"
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(extensions))
     common = {"shuffle_buffer": 0, "bucketing": False, "sign_flip": False}
     two = write_config(tmp_path / "two.yaml", tpsa_shards, tmp_path / "two", data={"loader": {**common, "num_workers": 1, "epoch_batches": 50}})
     one = write_config(
@@ -42,6 +45,7 @@ def test_two_ranks_equal_one_rank_with_accumulation(tpsa_shards, tmp_path):
     a, b = losses(tmp_path / "two", steps), losses(tmp_path / "one", steps)
     assert np.allclose(a, b, rtol=1e-5, atol=1e-6), np.c_[a, b]
     assert not np.allclose(a[:5], a[-5:])  # it trained
+    assert not list(extensions.glob("**/deepspeed_shm_comm*"))
 
 
 def test_sigkill_then_resume_equals_uninterrupted(tpsa_shards, tmp_path):
