@@ -272,3 +272,28 @@ def test_default_structure_is_unchanged():
 
 
 DEFAULT_STRUCTURE_SHA256 = "46002a26dd750e37b0e485083cb2e3fd7dc1c8b7986da8645e2adfbaf667a0c8"  # main at 8e1fa77
+
+
+def test_a_corrupt_fw_mid_in_a_batch_is_an_error_naming_the_record():
+    from gtscale.format.decode import Record
+    from gtscale.format.shardfile import ShardError
+
+    records = []
+    for i in range(2):
+        graph = featurize_smiles(TIED["cyclohexene"])
+        arrays = {k: v for k, v in graph.items()} | structure(graph[schema.EDGE_INDEX], 6, FW)
+        records.append(Record(f"k{i}", "s.tar", 6, i, arrays))
+    records[1].arrays[schema.FW_MID][0, 3] = 0  # not between 0 and 3
+    with pytest.raises(ShardError, match=r"k1.*fw_mid is not on a shortest"):
+        collate(records, (schema.SPD,), 3)
+    records[1].arrays[schema.FW_MID][0, 3] = 7  # no node 7 in a 6-atom ring
+    with pytest.raises(ShardError, match=r"k1.*fw_mid holds node ids outside the graph"):
+        collate(records, (schema.SPD,), 3)
+
+
+def test_floyd_warshall_paths_without_shortest_paths_is_refused(tmp_path, capsys):
+    csv = _write_csv(tmp_path / "tied.csv")
+    args = ["shard", "smiles-csv", "--input", str(csv), "--out", str(tmp_path / "out"), "--no-progress", "--paths", "floyd-warshall", "--no-spd"]
+    assert main(args) == 2
+    assert "--paths floyd-warshall needs shortest paths" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
