@@ -107,7 +107,7 @@ def _check_shapes(arrays: Mapping[str, np.ndarray], n: int) -> str | None:
     if edge_index.size and (edge_index.min() < 0 or edge_index.max() >= n):
         return f"edge_index holds node ids outside 0..{n - 1}"
     expected = {
-        schema.SPD: (n, n), schema.PRED: (n, n), schema.IN_DEGREE: (n,), schema.OUT_DEGREE: (n,), schema.NODE_Y: (n,),
+        schema.SPD: (n, n), schema.PRED: (n, n), schema.FW_MID: (n, n), schema.IN_DEGREE: (n,), schema.OUT_DEGREE: (n,), schema.NODE_Y: (n,),
         schema.NODE_ID: (n,),
     }
     for key, array in arrays.items():
@@ -136,7 +136,8 @@ def _feature_keys(members: Mapping[str, memoryview], shard: str, key: str) -> tu
 
 
 def decode_record(key: str, members: Mapping[str, memoryview], shard: str, keys: Iterable[str]) -> Record:
-    """Decode the arrays in `keys` (plus the ones every record has) and check their shapes.
+    """Decode the arrays in `keys` (plus the ones every record has, and those of
+    schema.DECODED_WITH that this record has) and check their shapes.
 
     Raises MissingKeyError for an absent key, ShardError for anything malformed."""
     if "meta.json" not in members:
@@ -148,7 +149,9 @@ def decode_record(key: str, members: Mapping[str, memoryview], shard: str, keys:
         raise ShardError(shard, key, f"meta.json is not a JSON object with an integer 'idx' ({err})") from err
     arrays = {}
     features = _feature_keys(members, shard, key)
-    for field in dict.fromkeys((*features, *schema.REQUIRED_KEYS, *keys)):
+    keys = tuple(keys)
+    companions = [c for k in keys for c in schema.DECODED_WITH.get(k, ()) if f"{c}.npy" in members]
+    for field in dict.fromkeys((*features, *schema.REQUIRED_KEYS, *keys, *companions)):
         if field == schema.META:
             continue
         member = members.get(f"{field}.npy")

@@ -13,6 +13,7 @@ A record is one graph. In a shard each key is a tar member ``<sample key>.<recor
 | edge_attr    | uint8 [E, Fe]               | categorical edge features, raw (0-based)               |
 | spd          | uint8 [N, N]                | shortest-path hops, SPD_UNREACHABLE where no path      |
 | pred         | uint8/uint16 [N, N]         | pred[i, j]: node before j on a shortest i→j path       |
+| fw_mid       | uint8/uint16 [N, N]         | Graphormer's Floyd–Warshall intermediate node of i→j   |
 | in_degree    | uint8/uint16 [N]            | number of edges ending at the node                     |
 | out_degree   | uint8/uint16 [N]            | number of edges starting at the node                   |
 | svd_pe       | float16 [N, 2r]             | U√Σ ‖ V√Σ of A+I, top r triplets, zero-padded if N < r |
@@ -29,6 +30,11 @@ A record is one graph. In a shard each key is a tar member ``<sample key>.<recor
 Schema version 2 added the last four keys (sampled subgraphs of huge graphs, issue 10); version-1
 shards hold none of them and stay readable (READABLE_SCHEMA_VERSIONS). In an ego-subgraph record
 meta.idx is the target's global node id and the record has x_float in place of x and no edge_attr.
+
+fw_mid is written only by `gtscale shard --paths floyd-warshall` (manifest transform.paths), always
+beside spd and pred, and needs no version bump: a reader that ignores it still finds valid
+shortest paths in pred; the loader's path edges follow fw_mid where a record has it (Graphormer's
+choice among tied shortest paths, prep/floyd_warshall.py), else pred. Its sentinel is pred's.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ EDGE_INDEX = "edge_index"
 EDGE_ATTR = "edge_attr"
 SPD = "spd"
 PRED = "pred"
+FW_MID = "fw_mid"
 IN_DEGREE = "in_degree"
 OUT_DEGREE = "out_degree"
 SVD_PE = "svd_pe"
@@ -64,11 +71,15 @@ TARGET_Y = "target_y"
 #: sampled subgraphs); NODE_FEATURE_KEYS lists the choice, the first one present wins.
 REQUIRED_KEYS = (EDGE_INDEX, META)
 NODE_FEATURE_KEYS = (X, X_FLOAT)
+#: Optional keys decoded together with a requested key when a record has them (never an error when
+#: absent): path edges ask for pred and follow fw_mid instead where the shards carry it.
+DECODED_WITH = {PRED: (FW_MID,)}
 #: What makes the sharder produce an optional key (used in "missing key" errors): what the user
 #: must do, so the on-by-default keys name the flag to leave out.
 PRODUCED_BY = {
     SPD: "`gtscale shard` without --no-spd (shortest paths are on by default)",
     PRED: "`gtscale shard` without --no-spd (shortest paths are on by default)",
+    FW_MID: "`gtscale shard --paths floyd-warshall`",
     IN_DEGREE: "`gtscale shard` without --no-degree (degrees are on by default)",
     OUT_DEGREE: "`gtscale shard` without --no-degree (degrees are on by default)",
     SVD_PE: "`gtscale shard --svd-rank R` with R > 0",

@@ -34,7 +34,7 @@ from gtscale.format import schema
 from gtscale.loader.batch import Batch
 from gtscale.format.decode import Record
 from gtscale.loader.filler import FILLER_IDX
-from gtscale.loader.path_edges import PathError, edge_id_table, path_edge_ids, path_edges
+from gtscale.loader.path_edges import PathError, edge_id_table, path_edge_ids, path_edge_ids_fw, path_edges
 from gtscale.format.shardfile import ShardError
 
 #: Optional record keys that become the Batch field of the same name when asked for.
@@ -180,22 +180,42 @@ def _targets(records: Sequence[Record]) -> dict[str, np.ndarray]:
 
 
 def _path_edges(records, sizes, pair_mask, spd, edge_index, edge_graph, edge_attr, max_dist) -> np.ndarray:
+    """Path edges along pred's paths, or along fw_mid's (Graphormer's Floyd–Warshall choice) when
+    the records carry it (shards made with --paths floyd-warshall)."""
     b, n = pair_mask.shape[:2]
-    pairs_per_graph = sizes * sizes
-    pred = _gather(records, schema.PRED, flatten=True).astype(np.int64)
-    sentinel = np.repeat([schema.pred_sentinel(r.arrays[schema.PRED].dtype) for r in records], pairs_per_graph)
-    none = pred == sentinel
-    bad = ~none & (pred >= np.repeat(sizes, pairs_per_graph))
-    if bad.any():
-        odd = records[int(np.searchsorted(np.cumsum(pairs_per_graph), np.flatnonzero(bad)[0], side="right"))]
-        raise ShardError(odd.shard, odd.key, "pred holds node ids outside the graph")
-    pred[none] = -1
-    pred_padded = np.full((b, n, n), -1, dtype=np.int64)
-    pred_padded[pair_mask] = pred
+    rule = _path_rule(records)
+    nodes = _node_matrix(records, rule, sizes)
+    padded = np.full((b, n, n), -1, dtype=np.int64)
+    padded[pair_mask] = nodes
+    table = edge_id_table(edge_index, edge_graph, b, n)
     try:
-        ids = path_edge_ids(spd, pred_padded, edge_id_table(edge_index, edge_graph, b, n), max_dist)
+        ids = path_edge_ids_fw(spd, padded, table, max_dist) if rule == schema.FW_MID else path_edge_ids(spd, padded, table, max_dist)
     except PathError as err:
         odd = records[err.graph]
         raise ShardError(odd.shard, odd.key, str(err)) from None
     return path_edges(edge_attr, ids)
+
+
+def _path_rule(records: Sequence[Record]) -> str:
+    """schema.FW_MID when every record carries it, schema.PRED when none does; a mix is an error."""
+    with_mid = [schema.FW_MID in r.arrays for r in records]
+    if any(with_mid) and not all(with_mid):
+        odd = records[with_mid.index(not with_mid[0])]
+        rules = ("pred (BFS paths)", "fw_mid (Floyd–Warshall paths)")
+        raise ShardError(odd.shard, odd.key, f"has {rules[not with_mid[0]]}, others in its batch have {rules[with_mid[0]]}")
+    return schema.FW_MID if with_mid[0] else schema.PRED
+
+
+def _node_matrix(records: Sequence[Record], key: str, sizes: np.ndarray) -> np.ndarray:
+    """pred or fw_mid of every record, flattened and concatenated as int64, -1 for "none"."""
+    pairs_per_graph = sizes * sizes
+    nodes = _gather(records, key, flatten=True).astype(np.int64)
+    sentinel = np.repeat([schema.pred_sentinel(r.arrays[key].dtype) for r in records], pairs_per_graph)
+    none = nodes == sentinel
+    bad = ~none & (nodes >= np.repeat(sizes, pairs_per_graph))
+    if bad.any():
+        odd = records[int(np.searchsorted(np.cumsum(pairs_per_graph), np.flatnonzero(bad)[0], side="right"))]
+        raise ShardError(odd.shard, odd.key, f"{key} holds node ids outside the graph")
+    nodes[none] = -1
+    return nodes
 

@@ -13,6 +13,11 @@ distance for a whole batch, O(pairs · D) in total.
 
 Shortest paths longer than SPD_MAX hops are stored as SPD_MAX (schema.py), so pairs at SPD_MAX
 may have parents at SPD_MAX too; they are resolved in rounds, parent first.
+
+Shards made with `--paths floyd-warshall` also carry `fw_mid`, Graphormer's Floyd–Warshall
+intermediate node k of each pair (prep/floyd_warshall.py); `path_edge_ids_fw` rebuilds the
+authors' path from it instead, path(i, j) = path(i, k) ‖ path(k, j), also one vectorised gather per
+round: a pair is done once both halves are, and both halves are strictly shorter.
 """
 
 from __future__ import annotations
@@ -109,6 +114,63 @@ def _resolve_capped(out: np.ndarray, pairs: np.ndarray, parent: np.ndarray, max_
         pending &= ~ready
 
 
+def path_edge_ids_fw(spd: np.ndarray, mid: np.ndarray, edge_ids: np.ndarray, max_dist: int) -> np.ndarray:
+    """[B, N, N, D] int64 edge rows along Graphormer's Floyd–Warshall path of each pair, -1 past its end.
+
+    spd: [B, N, N] hops as for `path_edge_ids`. mid: [B, N, N] int64 intermediate node, -1 where
+    there is none (pairs joined by an edge). edge_ids: flat [B·N·N] table from `edge_id_table`."""
+    b, n, _ = spd.shape
+    out = np.full((b * n * n, max_dist), -1, dtype=np.int64)
+    hops = spd.reshape(-1)
+    pairs = np.flatnonzero((hops >= 1) & (hops != schema.SPD_UNREACHABLE))
+    if pairs.size == 0 or max_dist == 0:
+        return out.reshape(b, n, n, max_dist)
+    via = mid.reshape(-1)[pairs]
+    if (via >= n).any():
+        bad = int(pairs[via >= n][0])
+        raise PathError(bad // (n * n), f"pair (i, j) = {divmod(bad % (n * n), n)}: fw_mid holds a node id outside the graph")
+    direct = via < 0
+    _check_direct(pairs[direct], hops, edge_ids, n)
+    out[pairs[direct], 0] = edge_ids[pairs[direct]]
+    pairs, via = pairs[~direct], via[~direct]
+    left = pairs - pairs % n + via  # flat index of (b, i, k)
+    right = pairs - pairs % (n * n) + via * n + pairs % n  # flat index of (b, k, j)
+    _check_halves(pairs, left, right, hops, n)
+    done = np.zeros(out.shape[0], dtype=bool)
+    done[pairs] = True
+    done = ~done  # every pair outside `pairs` (direct, i == i, unreachable, padding) is final
+    columns = np.arange(max_dist)
+    while pairs.size:
+        ready = done[left] & done[right]
+        if not ready.any():
+            raise PathError(int(pairs[0]) // (n * n), "fw_mid has a cycle among pairs stored at SPD_MAX hops")
+        p, l, r = pairs[ready], left[ready], right[ready]
+        split = np.minimum(hops[l], max_dist)[:, None]  # the first half fills positions < split
+        second = np.take_along_axis(out[r], np.clip(columns - split, 0, max_dist - 1), axis=1)
+        out[p] = np.where(columns < split, out[l], second)
+        done[p] = True
+        pairs, left, right = pairs[~ready], left[~ready], right[~ready]
+    return out.reshape(b, n, n, max_dist)
+
+
+def _check_direct(pairs: np.ndarray, hops: np.ndarray, edge_ids: np.ndarray, n: int) -> None:
+    """Pairs without an intermediate node must be one edge apart."""
+    bad = pairs[(hops[pairs] != 1) | (edge_ids[pairs] < 0)]
+    if bad.size:
+        raise PathError(int(bad[0]) // (n * n), f"pair (i, j) = {divmod(int(bad[0]) % (n * n), n)} has no fw_mid but is not an edge")
+
+
+def _check_halves(pairs: np.ndarray, left: np.ndarray, right: np.ndarray, hops: np.ndarray, n: int) -> None:
+    """i → k and k → j must be reachable and add up to i → j (below SPD_MAX, where hops are exact)."""
+    hl, hr, h = hops[left], hops[right], hops[pairs]
+    reachable = (hl >= 1) & (hl != schema.SPD_UNREACHABLE) & (hr >= 1) & (hr != schema.SPD_UNREACHABLE)
+    exact = h < schema.SPD_MAX
+    adds_up = np.where(exact, hl + hr == h, (hl + hr >= h) & (hl <= h) & (hr <= h))
+    bad = pairs[~(reachable & adds_up)]
+    if bad.size:
+        raise PathError(int(bad[0]) // (n * n), f"pair (i, j) = {divmod(int(bad[0]) % (n * n), n)}: fw_mid is not on a shortest i→j path")
+
+
 def path_edges(edge_attr_shifted: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """[B, N, N, D, Fe] features (already shifted by FEATURE_SHIFT) of the edges in `ids`; FEATURE_PAD where -1."""
     table = np.empty((edge_attr_shifted.shape[0] + 1, edge_attr_shifted.shape[1]), dtype=edge_attr_shifted.dtype)
@@ -117,12 +179,23 @@ def path_edges(edge_attr_shifted: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return table[ids + 1]
 
 
-def graph_path_edges(edge_index: np.ndarray, edge_attr: np.ndarray, spd: np.ndarray, pred: np.ndarray, max_dist: int) -> np.ndarray:
-    """[N, N, D, Fe] int64 path-edge features of one record (the batched code on a batch of one)."""
+def graph_path_edges(
+    edge_index: np.ndarray, edge_attr: np.ndarray, spd: np.ndarray, pred: np.ndarray, max_dist: int, fw_mid: np.ndarray | None = None
+) -> np.ndarray:
+    """[N, N, D, Fe] int64 path-edge features of one record (the batched code on a batch of one),
+    along fw_mid's paths when it is given, else pred's."""
     n = spd.shape[0]
-    pred64 = pred.astype(np.int64)
-    pred64[pred == schema.pred_sentinel(pred.dtype)] = -1
     edge_index = edge_index.astype(np.int64)
     table = edge_id_table(edge_index, np.zeros(edge_index.shape[1], dtype=np.int64), 1, n)
-    ids = path_edge_ids(spd[None].astype(np.int64), pred64[None], table, max_dist)
+    if fw_mid is not None:
+        ids = path_edge_ids_fw(spd[None].astype(np.int64), sentinel_to_minus_one(fw_mid)[None], table, max_dist)
+    else:
+        ids = path_edge_ids(spd[None].astype(np.int64), sentinel_to_minus_one(pred)[None], table, max_dist)
     return path_edges(edge_attr.astype(np.int64) + schema.FEATURE_SHIFT, ids)[0]
+
+
+def sentinel_to_minus_one(nodes: np.ndarray) -> np.ndarray:
+    """pred / fw_mid as int64 with -1 where the stored value is the dtype's "none" sentinel."""
+    out = nodes.astype(np.int64)
+    out[nodes == schema.pred_sentinel(nodes.dtype)] = -1
+    return out

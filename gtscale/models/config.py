@@ -153,15 +153,15 @@ class ETConfig:
     form: Literal["dense", "sparse"] = "dense"
     width: int = 128  # D, token width
     num_heads: int = 4  # H
-    head_dim: int = 128  # Y, width of each head's queries and keys (the authors' code: Y = D)
+    head_dim: int = 128  # Y, width of each head's queries and keys (authors' App. C code: Y = D; App. D code: 64)
     num_memories: int = 512  # K, Hopfield memories ξ_μ
     num_steps: int = 4  # T, descent steps of the one shared block
-    step_size: float = 1.0  # α (the authors' code: 1, the residual of the gradient)
+    step_size: float = 1.0  # α (authors' App. C code: 1, the residual of the gradient; App. D code: 0.1 or 0.25)
     noise_std: float = 0.0  # σ of the training-only noise √α·ε, ε ~ N(0, σ²)
     self_loops: bool = False  # every token also attends to itself (B ∈ N(C) for B = C)
     cls_token: bool = True  # dense: a CLS token attending to every node; its final state is the graph output
     learned_adjacency: bool = True  # dense: Â = Conv1×1(X ⊙ X) ⊙ A′ (App. D); false: Â = 1 on edges
-    lap_k: int = 10  # dense: Laplacian eigenvectors embedded (App. D: 10); 0 = none
+    lap_k: int = 10  # dense: Laplacian eigenvectors embedded (the authors' App. D code: 15); 0 = none
     node_float_dim: int = 0  # continuous node features x_float embedded by a linear map (0 = none)
     node_vocab: list[int] = field(default_factory=_atom_vocab)  # categorical node features ([] = none)
     edge_vocab: list[int] = field(default_factory=_bond_vocab)  # categorical edge features (dense A′)

@@ -28,6 +28,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-spd", action="store_true", help="skip shortest paths and predecessors")
     parser.add_argument("--no-degree", action="store_true", help="skip in/out degrees")
     parser.add_argument(
+        "--paths", choices=["bfs", "floyd-warshall"], default="bfs",
+        help="which of several tied shortest paths Graphormer's path edges follow: bfs (default) or floyd-warshall, "
+        "the authors' choice (microsoft/Graphormer algos.pyx; adds the fw_mid key, for imported Graphormer checkpoints)",
+    )
+    parser.add_argument(
         "--drop-duplicates", action="store_true",
         help="keep only the first copy of each molecule (canonical SMILES), meeting the splits in the order train, "
         "valid…, then the rest by name (default: keep all, count them in the manifest and warn)",
@@ -57,6 +62,8 @@ def _check(args: argparse.Namespace) -> None:
         raise UserError(f"--max-nodes must be >= 1, got {args.max_nodes}")
     if args.svd_rank < 0 or args.lap_k < 0:
         raise UserError("--svd-rank and --lap-k must be >= 0")
+    if args.paths != "bfs" and args.no_spd:
+        raise UserError(f"--paths {args.paths} needs shortest paths; drop --no-spd")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
     table = read_dataset(args.dataset, args)  # reads and checks every source before anything is written
     out_dir = Path(args.out or Path("shards") / args.dataset)
     options = ShardOptions(
-        structure=StructureOptions(spd=not args.no_spd, degree=not args.no_degree, svd_rank=args.svd_rank, lap_k=args.lap_k),
+        structure=StructureOptions(spd=not args.no_spd, degree=not args.no_degree, svd_rank=args.svd_rank, lap_k=args.lap_k,
+                                   paths=args.paths),
         shard_size=args.shard_size,
         max_nodes=args.max_nodes,
         drop_duplicates=args.drop_duplicates,

@@ -1,7 +1,9 @@
 """Structural matrices of a graph, precomputed once by the sharder (see schema.py for the keys).
 
 - shortest-path hops (`spd`) and a predecessor matrix (`pred`) from which the loader rebuilds
-  every shortest path's edges (Graphormer's multi-hop edge encoding);
+  every shortest path's edges (Graphormer's multi-hop edge encoding); with paths
+  "floyd-warshall" also Graphormer's own choice among tied shortest paths (`fw_mid`,
+  floyd_warshall.py);
 - in/out degrees;
 - EGT's SVD encoding of A+I: the top r singular triplets as U√Σ ‖ V√Σ, so that with full rank
   (U√Σ)(V√Σ)ᵀ = A+I;
@@ -22,6 +24,7 @@ import numpy as np
 import torch
 
 from gtscale.format import schema
+from gtscale.prep import floyd_warshall
 
 
 @dataclass(frozen=True)
@@ -30,10 +33,15 @@ class StructureOptions:
     degree: bool = True  # in/out degrees
     svd_rank: int = 8  # r of EGT's SVD encoding; 0 switches it off
     lap_k: int = 8  # number of Laplacian eigenpairs; 0 switches them off
+    paths: str = "bfs"  # which shortest path path edges follow: "bfs" (pred) or "floyd-warshall" (+ fw_mid, Graphormer's)
 
     def __post_init__(self):
         if self.svd_rank < 0 or self.lap_k < 0:
             raise ValueError("svd_rank and lap_k must be >= 0")
+        if self.paths not in floyd_warshall.PATH_RULES:
+            raise ValueError(f"paths must be one of {floyd_warshall.PATH_RULES}, got {self.paths!r}")
+        if self.paths != "bfs" and not self.spd:
+            raise ValueError(f"paths {self.paths!r} needs shortest paths (spd)")
 
 
 @numba.njit(cache=True, nogil=True)
@@ -168,6 +176,8 @@ def structure_many(graphs: list[tuple[np.ndarray, int]], options: StructureOptio
         if options.spd:
             for i in members:
                 results[i][schema.SPD], results[i][schema.PRED] = shortest_paths(graphs[i][0], n)
+                if options.paths == "floyd-warshall":
+                    results[i][schema.FW_MID] = floyd_warshall.floyd_warshall_mid(graphs[i][0], n)
         if options.degree:
             in_deg = np.bincount(graph_of_edge * n + dst, minlength=g * n).reshape(g, n)
             out_deg = np.bincount(graph_of_edge * n + src, minlength=g * n).reshape(g, n)

@@ -29,7 +29,7 @@ from tqdm import tqdm
 from gtscale import __version__
 from gtscale.errors import UserError
 from gtscale.format import schema
-from gtscale.prep import featurize, structure
+from gtscale.prep import featurize, floyd_warshall, structure
 from gtscale.prep.featurize import FeaturizeError, featurize_smiles_keyed, molecule_key, parse_smiles
 from gtscale.prep.sources.base import MoleculeTable
 from gtscale.prep.structure import StructureOptions, structure_many
@@ -78,7 +78,7 @@ def plan_tasks(table: MoleculeTable, shard_size: int) -> list[ShardTask]:
 
 
 #: The modules whose code decides the values in a record (SCHEMA_VERSION covers the layout).
-RECORD_CODE = (featurize, structure)
+RECORD_CODE = (featurize, structure, floyd_warshall)
 
 
 def code_version() -> str:

@@ -21,6 +21,20 @@ Departures and interpretations, with reasons:
   initialisation.
 - The isolated node of a one-atom molecule still reads the CLS token, so every real query has a
   non-empty neighbourhood; padding tokens have none and stay zero.
+
+Departures from the authors' graph-classification code (Lemon-cmd/energy-transformer-graph,
+src/model/et.py and core.py, JAX; sizes in configs/models/et-graph.yaml):
+- Their Â is Conv2D(3×3, H channels, no bias) of the one-channel map X Xᵀ, times Dense(edge
+  features → H) with a bias; a 3×3 window mixes neighbouring (C, B) cells, which depends on the
+  node order, so here the 1×1 per-head bilinear form above. They mask with Â == 0 → −∞, which
+  after training also lets non-edges through wherever Dense's bias makes Â non-zero; here the
+  mask is the graph's structure.
+- They have one β per head (initialised 1/√Y) and an H×H matrix mixing the heads' scores before
+  Â; here one β and no mixing (App. D's energy has neither).
+- Their TU-dataset model runs 4 blocks with parameters of their own, one step each (block 4,
+  depth 1); the paper's ET descends one energy, so one block takes all T steps here.
+- Their CLS token also attends to itself (the adjacency's padded CLS row and column are 1,
+  corner included); here N(CLS) is the nodes.
 """
 
 from __future__ import annotations

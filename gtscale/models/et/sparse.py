@@ -8,12 +8,20 @@ and 10⁶ edges fits. Â = 1 (App. C has no learned adjacency). The node represe
 g^{t=1} ‖ g^{t=T} (the first step's normalised tokens and the last), scored by an MLP + sigmoid
 (a node head), trained with the weighted BCE of `anomaly_loss`, ω = #normal / #anomalous.
 
-Departures from the authors' code (besides those of energy.py), with reasons:
-- g^{t=1} is the energy LayerNorm of the input tokens; the authors concatenate the raw embedding
-  (before any LayerNorm). The paper writes g, so we use g.
-- The authors' code adds no self-loops; `self_loops` (default off) adds them for nodes that
-  would otherwise have no neighbour. A node without incoming edges contributes no attention
-  energy and moves by its Hopfield term only.
+Departures from the authors' code (zhuergou/Energy-Transformer-for-Graph-Anomaly-Detection;
+besides those of energy.py), with reasons:
+- g^{t=1} is the energy LayerNorm of the input tokens. On whole graphs
+  (main_without_subsample.py) the authors concatenate the raw input embedding instead, and on
+  sampled subgraphs (main_subsample.py) they concatenate nothing: the MLP reads h^T alone. The
+  paper writes g^{t=1} ‖ g^{t=T}, so we use that.
+- Self-loops: the authors add them everywhere they train (dataset.py for the homogeneous Yelp and
+  Amazon graphs, main_subsample.py on every sampled T-Finance / T-Social subgraph); here they are
+  the `self_loops` switch, on in configs/models/et-*.yaml. Without them a node without incoming
+  edges contributes no attention energy and moves by its Hopfield term only.
+- Their dropout (0.3 by default) on the Hopfield hidden layer is not modelled: with it the update
+  is no longer the gradient of one energy.
+- Their classifier is one Linear to 2 classes under a weighted softmax cross-entropy; App. C's
+  MLP + sigmoid with weighted BCE (`anomaly_loss`) is the same model for two classes.
 - The readout for a whole graph (Outputs.graph) is the mean of its nodes' representations; App. C
   scores nodes only.
 
