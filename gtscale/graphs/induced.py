@@ -9,7 +9,9 @@ as one EdgeBatch whose targets are the part's training-split nodes: target_id th
 target_y their labels. The slots' node sets of a round are therefore disjoint, which needs
 slots·n ≤ N (fraction × ranks × workers ≤ 1; refused otherwise). A slot's j-th batch is round j's,
 so a rank's batch b is worker (b mod K)'s round b div K, the shard loader's round-robin. An epoch
-is `epoch_batches` batches per rank; by default rounds enough to draw about N nodes. The authors
+is `epoch_batches` batches per rank; by default rounds enough to draw about N nodes, and at least
+`MIN_EPOCH_ROUNDS` (loader workers start afresh each epoch, the next epoch's 8 batches before the
+end: a 2-batch epoch would stall on every worker start). The authors
 draw 5 % of each split's labelled nodes; here the fraction is of every node, so unlabelled nodes
 and the other splits' nodes (features, never labels) are context, as in a transductive setting.
 
@@ -51,6 +53,8 @@ from gtscale.loader.stream import StreamLoader
 
 #: Purposes mixed into derived seeds (the shard loader uses 0..2, the online ego loader 3).
 _ROUND, _EVAL_PARTS = 4, 5
+#: Default epochs are at least this many rounds (see the module docstring).
+MIN_EPOCH_ROUNDS = 16
 #: Batch fields this loader provides besides node features and edges.
 PROVIDED_KEYS = (schema.TARGET_Y,)
 #: manifest task.type of node tasks (as `gtscale shard graph-ego` writes it).
@@ -206,7 +210,7 @@ def build_induced_loader(store_path: str | Path, targets: np.ndarray, fraction: 
                         f"disjoint samples need fraction × ranks × workers ≤ 1 (lower the fraction or data.loader.num_workers)")
     epoch_batches = 0
     if train:
-        epoch_batches = config.epoch_batches or config.workers_per_rank * max(1, int(round(n_nodes / (slots * n))))
+        epoch_batches = config.epoch_batches or config.workers_per_rank * max(MIN_EPOCH_ROUNDS, int(round(n_nodes / (slots * n))))
     stream = InducedStream(Path(store_path), n_nodes, targets, fraction, config, train=train, rank=rank, world_size=world_size,
                            epoch_batches=epoch_batches)
     return InducedLoader(stream, graph_task_manifest(store, {}))
