@@ -29,8 +29,9 @@ W ranks, so the trainer back-propagates W·G times that contribution. EGT's auxi
 is weighted the same way over the scored node pairs (hop count ≤ ν) of the step: κ times the mean
 cross-entropy over every scored pair the step saw.
 
-Node tasks (ego-subgraph shards, manifest task.type node_binary_classification; node_task.py): the
-labelled targets are the target nodes (target_y_mask), the loss is the weighted BCE of the node
+Node tasks (ego-subgraph shards, manifest task.type node_binary_classification, or a graph store
+sampled online into EdgeBatches of node-induced subgraphs, data.graph; node_task.py, data_source.py):
+the labelled targets are the target nodes (target_y_mask), the loss is the weighted BCE of the node
 head's scores at them, and evaluation gathers (global node id, score, label) rows, keyed by node
 id, once across ranks; the rest (weighting, collectives, lockstep) is the graph tasks' own.
 
