@@ -5,9 +5,12 @@ gtscale.graphs.induced). The trainer and `gtscale evaluate` ask this module, not
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import numpy as np
 
+from gtscale.errors import UserError
+from gtscale.format.manifest import load_manifest
 from gtscale.loader.config import LoaderConfig
 from gtscale.train.config import DataConfig, GraphDataConfig
 
@@ -16,11 +19,6 @@ def task_manifest(data: DataConfig) -> dict:
     """The shards' manifest, or for a graph store the same keys the trainer reads (task type, label
     counts per split, feature width, splits)."""
     if data.graph is None:
-        from pathlib import Path
-
-        from gtscale.errors import UserError
-        from gtscale.format.manifest import load_manifest
-
         path = Path(data.shards) / "manifest.json"
         if not path.is_file():
             raise UserError(f"data.shards: {path} not found (run `gtscale shard` first)")
