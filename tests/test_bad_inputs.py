@@ -151,6 +151,9 @@ CASES = [
     Case("train-logging-every-zero", train_config(logging={"every": 0}), "logging.every"),
     Case("train-loader-keys-set", train_config(data={"loader": {"keys": ["spd"]}}), "data.loader.keys"),
     Case("train-unknown-head-key", train_config(task={"head": {"widths": [8]}}), "task.head"),
+    Case("train-shards-and-graph", train_config(data={"graph": {"store": "graphs/x"}}), "set exactly one of data.shards"),
+    Case("train-graph-fraction", train_config(data={"shards": None, "graph": {"store": "graphs/x", "fraction": 1.5}}), "data.graph.fraction"),
+    Case("train-graph-not-a-store", train_config(data={"shards": None, "graph": {"store": "/nonexistent/store"}}), "not a finished graph store"),
     # checkpoints: --resume (a real rank)
     Case("resume-crafted-model-states", run_with(crafted(model_states), resume=TAGS[-1]), "refused: loading it would run code", launcher=True),
     Case("resume-crafted-optim-states", run_with(crafted(optim_states), resume=TAGS[-1]), "refused: loading it would run code", launcher=True),

@@ -198,6 +198,13 @@ def _induced(indptr, indices, nodes, local):
     return src, dst
 
 
+def induced_edges(indptr: np.ndarray, indices: np.ndarray, nodes: np.ndarray, local: np.ndarray) -> np.ndarray:
+    """edge_index [2, E] (local ids: positions in `nodes`) of every stored edge among `nodes`, both
+    directions. `local` is an int32 scratch array of one −1 per graph node, left as it was found."""
+    src, dst = _induced(indptr, indices, np.asarray(nodes, np.int64), local)
+    return np.stack([src, dst])
+
+
 def induced_subgraph(indptr: np.ndarray, indices: np.ndarray, fraction: float, seed: int, pool: np.ndarray | None = None):
     """(nodes: sorted global ids, edge_index [2, E] local ids): a seeded random `fraction` of `pool`
     (default: every node) and every stored edge among them, both directions."""
@@ -207,6 +214,4 @@ def induced_subgraph(indptr: np.ndarray, indices: np.ndarray, fraction: float, s
     pool = np.arange(num_nodes) if pool is None else np.asarray(pool, np.int64)
     rng = np.random.default_rng(seed)
     nodes = np.sort(rng.choice(pool, int(round(fraction * len(pool))), replace=False)).astype(np.int64)
-    local = np.full(num_nodes, -1, np.int32)
-    src, dst = _induced(indptr, indices, nodes, local)
-    return nodes, np.stack([src, dst])
+    return nodes, induced_edges(indptr, indices, nodes, np.full(num_nodes, -1, np.int32))

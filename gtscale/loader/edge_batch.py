@@ -12,6 +12,8 @@ its graphs and renumbers their edges into one global list:
     lap_pe       float [N_tot, k]   Laplacian eigenvectors (or None)
     node_y, node_y_mask  [N_tot]    per-node targets and whether each is labelled (or None)
     target       long  [K]          nodes whose outputs are scored (a sampled subgraph's seed nodes), or None = all
+    target_id    long  [K]          node tasks on a huge graph: each target's global node id (FILLER_IDX on a filler batch)
+    target_y, target_y_mask [K]     … its label (0/1 as float) and whether it is known
     y, y_mask    [B, T]             graph targets (or None)
 
 Producers: `collate_edges(records, keys)` from decoded shard records (each record one graph; a
@@ -51,6 +53,9 @@ class EdgeBatch:
     node_y: Optional[torch.Tensor] = None
     node_y_mask: Optional[torch.Tensor] = None
     target: Optional[torch.Tensor] = None
+    target_id: Optional[torch.Tensor] = None
+    target_y: Optional[torch.Tensor] = None
+    target_y_mask: Optional[torch.Tensor] = None
     y: Optional[torch.Tensor] = None
     y_mask: Optional[torch.Tensor] = None
     idx: Optional[torch.Tensor] = None

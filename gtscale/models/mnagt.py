@@ -138,6 +138,10 @@ class MNAGTLayer(nn.Module):
 class MNAGT(nn.Module):
     """Batch or EdgeBatch → Outputs(node [B, N, d] (or [N_tot, d]), edge None, graph [B, d])."""
 
+    #: Takes an EdgeBatch (node-induced subgraphs, data.graph in a training config). Its attention is
+    #: full within each graph, [M, M] per subgraph: keep such subgraphs small.
+    takes_edge_batch = True
+
     def __init__(self, cfg: MNAGTConfig):
         super().__init__()
         self.cfg = cfg

@@ -22,13 +22,33 @@ from gtscale.errors import UserError
 
 
 @dataclass
+class GraphDataConfig:
+    """Node tasks sampled online from a graph store (`gtscale graph build`) instead of read from shards."""
+
+    store: str  # the store's folder (graph.json)
+    # induced: each batch the subgraph induced by a random `fraction` of the nodes, as an EdgeBatch
+    # (models that take one: sparse ET, MNA-GT); its targets are the split's nodes in it
+    sampler: Literal["induced"] = "induced"
+    fraction: float = 0.05  # ET paper, App. C: 5 % of the nodes per sample (T-Social, T-Finance)
+    train_ratio: float = 0.4  # BWGNN / ET split: stratified training share, the rest 1:2 into val / test
+    split_seed: int = 0
+    mask_column: Optional[int] = None  # a stored mask column (GADBench: 0..19) instead of the ratio split
+
+
+@dataclass
 class DataConfig:
-    shards: str  # folder holding manifest.json (written by `gtscale shard`)
+    # exactly one of: shards, a folder holding manifest.json (written by `gtscale shard`), or graph
+    shards: Optional[str] = None
+    graph: Optional[GraphDataConfig] = None
     train_split: str = "train"
     eval_split: str = "valid"  # evaluated every eval.every steps and at the end
     # loader.keys and loader.path_edges_max_dist are the model's to choose (its batch_fields and
     # multi_hop_max_dist): setting either here is an error, since the trainer would replace it.
     loader: LoaderConfig = field(default_factory=LoaderConfig)
+
+    def __post_init__(self):
+        if (self.shards is None) == (self.graph is None):
+            raise ValueError("set exactly one of data.shards (a shard folder) and data.graph (a graph store sampled online)")
 
 
 @dataclass
@@ -175,6 +195,9 @@ RANGES: dict[str, tuple[Callable[[Any, "TrainConfig"], bool], str]] = {
     "checkpoint.keep": (lambda v, _: v >= 0, ">= 0 (0 = keep all)"),
     "eval.every": (lambda v, _: v >= 0, ">= 0 (0 = only at the end)"),
     "logging.every": (lambda v, _: v >= 1, ">= 1"),
+    "data.graph.fraction": (lambda v, _: math.isfinite(v) and 0 < v <= 1, "in (0, 1]"),
+    "data.graph.train_ratio": (lambda v, _: math.isfinite(v) and 0 < v < 1, "strictly between 0 and 1"),
+    "data.graph.mask_column": (lambda v, _: v >= 0, ">= 0"),
     "task.target_scale": (_finite(0.0, low_open=True), "> 0"),
     "task.target_shift": (lambda v, _: math.isfinite(v), "finite"),
     "task.anomaly_weight": (lambda v, _: v == "auto" or (math.isfinite(v) and v > 0), "auto or a number > 0"),
@@ -224,14 +247,12 @@ def load_train_config(path: str | Path, overrides: list[str]) -> TrainConfig:
     for key in MODEL_CHOSEN_LOADER_KEYS:
         if key in raw["data"].get("loader", {}):
             raise UserError(f"data.loader.{key}: set by the model (the Batch fields it reads), not by the config; remove it")
-    manifest = Path(cfg.data.shards) / "manifest.json"
-    if not manifest.is_file():
-        raise UserError(f"data.shards: {manifest} not found (run `gtscale shard` first)")
-    from gtscale.format.manifest import load_manifest
     from gtscale.models import parse_model_config
+    from gtscale.train.data_source import task_manifest
     from gtscale.train.task_model import check_task_model, task_model_config
 
-    contents = load_manifest(manifest)
+    contents = task_manifest(cfg.data)
+    manifest = contents["_dir"]
     parse_model_config(task_model_config(cfg, contents))  # the model's own keys, checked here too
     num_targets = int(contents.get("task", {}).get("num_targets", 1))
     check_task(cfg.task, num_targets, manifest, contents.get("task", {}).get("type", GRAPH_TASK))

@@ -6,10 +6,15 @@ A node-task batch holds one ego subgraph per target; the model's node head score
 eq. 22) with ω = task.anomaly_weight, by default #normal / #anomalous of the train split's targets
 (the manifest's task.label_counts, counted by the sharder).
 
+Batches are dense `Batch`es of ego subgraphs (shards, targets at `target_node`) or `EdgeBatch`es
+of node-induced subgraphs (data.graph, targets at `target`); both carry target_id / target_y /
+target_y_mask, and `target_scores` reads either.
+
 Threshold. Macro-F1 needs a decision threshold, which the papers choose on the validation nodes and
-apply unchanged to the test nodes (node_metrics.evaluate_splits). The trainer evaluates one split,
-so it chooses the threshold on that split itself: its Macro-F1 is the best one over thresholds, an
-optimistic figure for a test split (AUROC, AUPRC and Rec@K need no threshold and are unaffected).
+apply unchanged to the test nodes (node_metrics.evaluate_splits). The trainer evaluates the
+validation split, choosing its threshold there (its Macro-F1 is that split's best over thresholds);
+`gtscale evaluate RUN --split test` scores validation and test with the same checkpoint and applies
+the validation threshold to test (`evaluate_nodes(..., threshold=t)`).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from gtscale.errors import UserError
 from gtscale.format import schema
 from gtscale.loader.batch import Batch
 from gtscale.loader.config import LoaderConfig
+from gtscale.loader.edge_batch import EdgeBatch
 from gtscale.train.config import TaskConfig
 from gtscale.train.distributed_eval import target_predictions
 from gtscale.train.node_metrics import choose_threshold, node_metrics
@@ -46,8 +52,13 @@ def labelled_targets(batch: Batch) -> int:
     return int(batch.target_y_mask.sum())
 
 
-def target_scores(batch: Batch, node_scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(global target ids [B·T], logits at the target nodes [B·T]) from the node head's [B, N, 1]."""
+def target_scores(batch: Batch | EdgeBatch, node_scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(global target ids, logits at the target nodes) from the node head's [B, N, 1] (Batch: [B·T]
+    rows) or [N_tot, 1] (EdgeBatch: [K] rows, the nodes listed in batch.target)."""
+    if isinstance(batch, EdgeBatch):
+        if batch.target is None or batch.target_id is None:
+            raise ValueError("a node-task EdgeBatch needs target and target_id")
+        return batch.target_id, node_scores[batch.target.to(node_scores.device)].reshape(-1).float()
     ids, values = target_predictions(batch, node_scores)
     return ids, values.reshape(-1).float()
 
@@ -63,15 +74,27 @@ def node_task_loss(batch: Batch, node_scores: torch.Tensor, pos_weight: float) -
     return (per_target * mask).sum() / mask.sum().clamp(min=1.0)
 
 
-def evaluate_nodes(scores: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    """AUROC, AUPRC, Macro-F1 and Rec@K of one split's labelled targets (labels NaN = unknown), the
-    threshold chosen on this split itself (see the module docstring); {} without both classes."""
+def evaluate_nodes(scores: np.ndarray, labels: np.ndarray, threshold: float | None = None) -> dict[str, float]:
+    """AUROC, AUPRC, Macro-F1 and Rec@K of one split's labelled targets (labels NaN = unknown);
+    Macro-F1 at `threshold`, or at the one chosen on this split itself when None (validation);
+    {} without both classes."""
     known = ~np.isnan(labels)
     scores, labels = scores[known], labels[known].astype(np.int64)
     if labels.size == 0 or labels.min() == labels.max():
         return {}
-    threshold = choose_threshold(labels, scores)
-    return node_metrics(labels, scores, threshold) | {"threshold": threshold}
+    if threshold is None:
+        threshold = choose_threshold(labels, scores)
+    return node_metrics(labels, scores, threshold) | {"threshold": float(threshold)}
+
+
+def validation_threshold(scores: np.ndarray, labels: np.ndarray) -> float:
+    """Macro-F1's decision threshold chosen on validation scores (labels NaN = unknown), to apply
+    unchanged to the test split."""
+    known = ~np.isnan(labels)
+    labels = labels[known].astype(np.int64)
+    if labels.size == 0 or labels.min() == labels.max():
+        raise UserError("Macro-F1's threshold: the validation split needs labelled nodes of both classes")
+    return choose_threshold(labels, scores[known])
 
 
 def target_features(manifest: dict, split: str) -> tuple[np.ndarray, np.ndarray]:
@@ -89,18 +112,17 @@ def target_features(manifest: dict, split: str) -> tuple[np.ndarray, np.ndarray]
     return np.concatenate(features), np.concatenate(labels).astype(np.int64)
 
 
-def features_baseline(manifest: dict, train_split: str, eval_split: str) -> dict[str, float]:
-    """AUROC and AUPRC on `eval_split` of a logistic regression (scikit-learn; standardised features,
-    balanced class weights) fit on `train_split`'s labelled targets: what the node features alone
-    achieve, without the graph. Reads both splits once (task.features_baseline: false skips it on
-    huge graphs)."""
+def features_baseline(train: tuple[np.ndarray, np.ndarray], test: tuple[np.ndarray, np.ndarray]) -> dict[str, float]:
+    """AUROC and AUPRC on the eval split's (features, labels) `test` of a logistic regression
+    (scikit-learn; standardised features, balanced class weights) fit on the train split's `train`:
+    what the node features alone achieve, without the graph (task.features_baseline: false skips it
+    on huge graphs)."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import average_precision_score, roc_auc_score
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    train_x, train_y = target_features(manifest, train_split)
-    test_x, test_y = target_features(manifest, eval_split)
+    (train_x, train_y), (test_x, test_y) = train, test
     model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000, class_weight="balanced"))
     model.fit(train_x, train_y)
     scores = model.decision_function(test_x)

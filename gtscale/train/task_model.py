@@ -84,9 +84,12 @@ def _check_fits(head_cfg: HeadConfig, backbone: nn.Module, key: str) -> None:
 def check_task_model(cfg: TrainConfig, num_targets: int, manifest: dict | None = None) -> None:
     """Build the task model on the meta device (shapes only, no memory, no initialisation cost), so
     that task.head and task.aux_distance are checked with the rest of the config, before any
-    process group starts."""
+    process group starts; and that a model fed EdgeBatches (data.graph) takes them."""
     with torch.device("meta"):
-        build_task_model(cfg, num_targets, manifest)
+        model, model_cfg = build_task_model(cfg, num_targets, manifest)
+    if cfg.data.graph is not None and not getattr(model.backbone, "takes_edge_batch", False):
+        raise UserError(f"model: {model_cfg.get('name')!r} takes padded dense batches; data.graph (sampler {cfg.data.graph.sampler}) "
+                        "gives edge lists of whole subgraphs: use the sparse ET (form: sparse) or MNA-GT")
 
 
 def load_backbone(model: GraphTaskModel, path: str) -> int:

@@ -29,8 +29,9 @@ W ranks, so the trainer back-propagates W·G times that contribution. EGT's auxi
 is weighted the same way over the scored node pairs (hop count ≤ ν) of the step: κ times the mean
 cross-entropy over every scored pair the step saw.
 
-Node tasks (ego-subgraph shards, manifest task.type node_binary_classification; node_task.py): the
-labelled targets are the target nodes (target_y_mask), the loss is the weighted BCE of the node
+Node tasks (ego-subgraph shards, manifest task.type node_binary_classification, or a graph store
+sampled online into EdgeBatches of node-induced subgraphs, data.graph; node_task.py, data_source.py):
+the labelled targets are the target nodes (target_y_mask), the loss is the weighted BCE of the node
 head's scores at them, and evaluation gathers (global node id, score, label) rows, keyed by node
 id, once across ranks; the rest (weighting, collectives, lockstep) is the graph tasks' own.
 
@@ -62,12 +63,13 @@ import yaml
 
 from gtscale.config import to_dict
 from gtscale.loader.batch import Batch
+from gtscale.loader.edge_batch import EdgeBatch
 from gtscale.train.distributed_eval import EvaluationStopped, gather_predictions, lockstep
-from gtscale.loader.stream import build_loader
 from gtscale.errors import UserError
 from gtscale.io import atomic_write_text
 from gtscale.train import checkpoint
 from gtscale.train.config import TrainConfig
+from gtscale.train.data_source import split_features, split_loader, task_manifest
 from gtscale.train.engine_config import deepspeed_config, lr_scheduler, param_groups
 from gtscale.train.run_log import RunLog
 from gtscale.train.stop_signals import StopSignals
@@ -100,9 +102,7 @@ class Trainer:
         torch.manual_seed(cfg.seed)  # identical initial weights on every rank
         np.random.seed(cfg.seed + self.rank)
 
-        from gtscale.format.manifest import load_manifest
-
-        self.manifest = load_manifest(cfg.data.shards)
+        self.manifest = task_manifest(cfg.data)  # shards' manifest, or the same keys for a graph store
         num_targets = int(self.manifest["task"]["num_targets"])
         self.node_task = is_node_task(self.manifest)
         self.pos_weight = resolve_anomaly_weight(cfg.task, self.manifest, cfg.data.train_split) if self.node_task else 1.0
@@ -114,8 +114,8 @@ class Trainer:
         loader_cfg.keys, loader_cfg.path_edges_max_dist = keys, path_dist
         # Page-locked batches make the host→GPU copies asynchronous (non_blocking below).
         loader_cfg.pin_memory = loader_cfg.pin_memory or torch.cuda.is_available()
-        self.train_loader = build_loader(self.manifest, cfg.data.train_split, loader_cfg, train=True, rank=self.rank, world_size=self.world_size)
-        self.eval_loader = build_loader(self.manifest, cfg.data.eval_split, loader_cfg, train=False, rank=self.rank, world_size=self.world_size)
+        self.train_loader = split_loader(cfg.data, self.manifest, cfg.data.train_split, loader_cfg, train=True, rank=self.rank, world_size=self.world_size)
+        self.eval_loader = split_loader(cfg.data, self.manifest, cfg.data.eval_split, loader_cfg, train=False, rank=self.rank, world_size=self.world_size)
 
         micro = loader_cfg.batch_size if loader_cfg.batching == "graphs" else 1
         # Head first, then the backbone by depth, each group with its own LR (finetune.*); a frozen
@@ -151,10 +151,12 @@ class Trainer:
 
     def _log_node_task_start(self) -> None:
         """Rank 0, once per job: ω, and the features-only baseline on the same train/eval targets."""
-        self.log.message(f"node task: weighted BCE with anomaly weight ω = {self.pos_weight:.4f}; Macro-F1's threshold is chosen on the eval split {self.cfg.data.eval_split!r} itself")
+        data = self.cfg.data
+        self.log.message(f"node task: weighted BCE with anomaly weight ω = {self.pos_weight:.4f}; Macro-F1's threshold is chosen on "
+                         f"{data.eval_split!r} itself (`gtscale evaluate RUN --split test` applies the validation one to test)")
         if not self.cfg.task.features_baseline:
             return
-        baseline = features_baseline(self.manifest, self.cfg.data.train_split, self.cfg.data.eval_split)
+        baseline = features_baseline(split_features(data, self.manifest, data.train_split), split_features(data, self.manifest, data.eval_split))
         self.log.metrics(self.step, "baseline", baseline)
         self.log.message(f"features-only logistic regression on {self.cfg.data.eval_split}: baseline_auroc {baseline['baseline_auroc']:.4f} baseline_auprc {baseline['baseline_auprc']:.4f}")
 
@@ -219,13 +221,14 @@ class Trainer:
         self.stops.defer_worker_failures()  # torch's SIGCHLD handler exists once a worker has started
         return micro
 
-    def _to_device(self, batch: Batch) -> Batch:
-        if self.device.type == "cuda" and not batch.node_mask.is_pinned():
+    def _to_device(self, batch: Batch | EdgeBatch) -> Batch | EdgeBatch:
+        probe = batch.graph_index if isinstance(batch, EdgeBatch) else batch.node_mask
+        if self.device.type == "cuda" and not probe.is_pinned():
             batch = batch.pin_memory()  # in-process loading (num_workers 0): DataLoader pins otherwise
         batch = batch.to(self.device, non_blocking=True)
         if self.float_dtype != torch.float32:
             for name in ("svd_pe", "lap_pe", "lap_eigval"):
-                value = getattr(batch, name)
+                value = getattr(batch, name, None)
                 if value is not None:
                     setattr(batch, name, value.to(self.float_dtype))
         return batch
@@ -296,8 +299,7 @@ class Trainer:
             for batch in micro:
                 self._count_targets(batch)
         graphs = sum(b.num_graphs for b in micro)
-        real_pairs = sum(int((b.node_mask.sum(dim=1) ** 2).sum()) for b in micro)
-        padded_pairs = sum(b.num_graphs * b.max_nodes**2 for b in micro)
+        real_pairs, padded_pairs = (sum(sizes) for sizes in zip(*(_attention_pairs(b) for b in micro)))
         return StepResult(flags[1], graphs, real_pairs, padded_pairs, time.perf_counter() - start, int(any_nonfinite), stop or any_missing)
 
     def _loss(self, batch: Batch, scores: torch.Tensor) -> torch.Tensor:
@@ -474,6 +476,14 @@ class Trainer:
             if self.rank == 0 and "tag" in self.best:
                 atomic_write_text(self.run_dir / checkpoint.BEST_FILE, json.dumps(self.best))
         return stop
+
+
+def _attention_pairs(batch: Batch | EdgeBatch) -> tuple[int, int]:
+    """(pairs that matter, pairs computed) of a batch's attention: Σ n² and B·N² for a padded Batch,
+    the edge count twice for an EdgeBatch (attention along edges: no padding)."""
+    if isinstance(batch, EdgeBatch):
+        return batch.num_edges, batch.num_edges
+    return int((batch.node_mask.sum(dim=1) ** 2).sum()), batch.num_graphs * batch.max_nodes**2
 
 
 #: What torch's env:// rendezvous reads (torchrun sets them; launch_env derives them under srun).

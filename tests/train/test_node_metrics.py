@@ -72,3 +72,19 @@ def test_weighted_bce_is_et_equation_22():
     torch.testing.assert_close(node_bce(logits, y, mask, pos_weight=2.5), by_hand)
     plain = -(y[:4] * torch.log(p) + (1 - y[:4]) * torch.log(1 - p)).mean()
     torch.testing.assert_close(node_bce(logits, y, mask), plain)
+
+
+def test_a_given_threshold_is_applied_unchanged():
+    """The val → test protocol in the trainer's terms (node_task.evaluate_nodes): Macro-F1 at the
+    validation threshold, not at the evaluated split's own optimum; unknown labels (NaN) dropped."""
+    from gtscale.errors import UserError
+    from gtscale.train.node_task import evaluate_nodes, validation_threshold
+
+    labels = np.array([0, 1, 0, 1, 0, 0, np.nan])
+    scores = np.array([0.1, 0.9, 0.8, 0.3, 0.2, 0.0, 5.0])
+    assert evaluate_nodes(scores, labels)["threshold"] == 0.3  # its own optimum (hand-checked above)
+    applied = evaluate_nodes(scores, labels, threshold=0.9)
+    assert applied["threshold"] == 0.9 and math.isclose(applied["macro_f1"], (2 / 3 + 8 / 9) / 2)
+    assert validation_threshold(scores, labels) == 0.3
+    with pytest.raises(UserError, match="both classes"):
+        validation_threshold(scores[:3], np.array([0.0, 0.0, np.nan]))

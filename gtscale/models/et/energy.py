@@ -52,7 +52,9 @@ class EnergyLayerNorm(nn.Module):
 
     def __init__(self, width: int, eps: float = 1e-5):
         super().__init__()
-        self.gamma = nn.Parameter(torch.ones(()))
+        # γ and β are one-element vectors, not 0-dim tensors: DeepSpeed broadcasts every parameter
+        # as bytes at start-up (p.view(torch.uint8)), which a 0-dim tensor refuses
+        self.gamma = nn.Parameter(torch.ones(1))
         self.delta = nn.Parameter(torch.zeros(width))
         self.eps = eps
 
@@ -70,7 +72,7 @@ class ETBlock(nn.Module):
         self.norm = EnergyLayerNorm(width)
         self.wq = nn.Parameter(torch.randn(num_heads, head_dim, width) / math.sqrt(width))
         self.wk = nn.Parameter(torch.randn(num_heads, head_dim, width) / math.sqrt(width))
-        self.beta = nn.Parameter(torch.tensor(1.0 / math.sqrt(head_dim)))
+        self.beta = nn.Parameter(torch.full((1,), 1.0 / math.sqrt(head_dim)))  # one element: see EnergyLayerNorm.gamma
         bound = 1.0 / math.sqrt(width)
         self.xi = nn.Parameter(torch.empty(num_memories, width).uniform_(-bound, bound))
         self.step_size, self.noise_std = step_size, noise_std
@@ -85,7 +87,7 @@ class ETBlock(nn.Module):
     def descent(self, g: torch.Tensor, graph) -> torch.Tensor:
         """−∂E/∂g in closed form, [..., D]; zero on the graph's padding tokens."""
         q, k = self.queries_keys(g)
-        t_query, t_key = graph.attention(q, k, self.beta, energy=False)[:2]
+        t_query, t_key = graph.attention(q, k, self.beta[0], energy=False)[:2]
         h, y, d = self.wq.shape
         w = torch.cat([self.wq, self.wk]).reshape(2 * h * y, d)
         update = torch.cat([t_query, t_key], dim=-2).flatten(-2) @ w
@@ -108,6 +110,6 @@ class ETBlock(nn.Module):
 
     def energy_of_g(self, g: torch.Tensor, graph) -> torch.Tensor:
         q, k = self.queries_keys(g)
-        e_att = graph.attention(q, k, self.beta, energy=True)[2]
+        e_att = graph.attention(q, k, self.beta[0], energy=True)[2]
         hidden = graph.mask_tokens(F.relu(F.linear(g, self.xi)))
         return e_att - 0.5 * hidden.float().square().sum()

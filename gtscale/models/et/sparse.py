@@ -67,6 +67,9 @@ class EdgeGraph:
 class SparseET(nn.Module):
     """EdgeBatch (or Batch) → Outputs(node [N_tot, 2D] (or [B, N, 2D]), edge None, graph [B, 2D])."""
 
+    #: Takes an EdgeBatch (node-induced subgraphs of a huge graph, data.graph in a training config).
+    takes_edge_batch = True
+
     def __init__(self, cfg: ETConfig):
         super().__init__()
         self.cfg = cfg

@@ -1,0 +1,71 @@
+"""Where a run's samples come from: shards (`data.shards`, the streaming shard loader) or a graph
+store sampled online (`data.graph`: node tasks on random node-induced subgraphs, EdgeBatches,
+gtscale.graphs.induced). The trainer and `gtscale evaluate` ask this module, not the loaders."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+
+from gtscale.errors import UserError
+from gtscale.format.manifest import load_manifest
+from gtscale.loader.config import LoaderConfig
+from gtscale.train.config import DataConfig, GraphDataConfig
+
+
+def task_manifest(data: DataConfig) -> dict:
+    """The shards' manifest, or for a graph store the same keys the trainer reads (task type, label
+    counts per split, feature width, splits)."""
+    if data.graph is None:
+        path = Path(data.shards) / "manifest.json"
+        if not path.is_file():
+            raise UserError(f"data.shards: {path} not found (run `gtscale shard` first)")
+        return load_manifest(path)
+    from gtscale.graphs.induced import graph_task_manifest
+    from gtscale.graphs.store import GraphStore
+
+    return graph_task_manifest(GraphStore.open(data.graph.store), split_nodes(data.graph))
+
+
+def split_nodes(graph: GraphDataConfig) -> dict[str, np.ndarray]:
+    """train / val / test node ids of the store (computed once per process: the config check and
+    the trainer both ask)."""
+    return _split_nodes(graph.store, graph.train_ratio, graph.split_seed, graph.mask_column)
+
+
+@functools.lru_cache(maxsize=4)
+def _split_nodes(store: str, train_ratio: float, split_seed: int, mask_column: int | None) -> dict[str, np.ndarray]:
+    from gtscale.graphs.induced import graph_splits
+    from gtscale.graphs.store import GraphStore
+
+    return graph_splits(GraphStore.open(store), train_ratio, split_seed, mask_column)
+
+
+def split_loader(data: DataConfig, manifest: dict, split: str, loader: LoaderConfig, *, train: bool, rank: int, world_size: int):
+    """The loader of one split: batches (shards) or EdgeBatches of induced subgraphs (graph store)."""
+    if data.graph is None:
+        from gtscale.loader.stream import build_loader
+
+        return build_loader(manifest, split, loader, train=train, rank=rank, world_size=world_size)
+    from gtscale.graphs.induced import build_induced_loader
+
+    return build_induced_loader(data.graph.store, split_nodes(data.graph)[split], data.graph.fraction, loader, train=train,
+                                rank=rank, world_size=world_size)
+
+
+def split_features(data: DataConfig, manifest: dict, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """(features [n, F], 0/1 labels [n]) of a node split's labelled targets, for the features-only
+    baseline: read from the shards' target nodes, or straight from the store."""
+    if data.graph is None:
+        from gtscale.train.node_task import target_features
+
+        return target_features(manifest, split)
+    from gtscale.graphs.store import GraphStore
+
+    store = GraphStore.open(data.graph.store)
+    nodes = split_nodes(data.graph)[split]
+    labels = np.asarray(store.labels[nodes], np.int64)
+    known = labels >= 0
+    return np.asarray(store.features[nodes[known]], np.float32), labels[known]
