@@ -89,16 +89,72 @@ def _ego_nodes(indptr, indices, target, fanouts, max_nodes, seed_key, local, nod
 
 
 @numba.njit(cache=True, nogil=True)
-def _edges_among(indptr, indices, nodes, n, local, out_src, out_dst):
-    """Local (src, dst) of every stored edge among nodes[:n]; returns the count."""
+def _edges_among(indptr, indices, nodes, n, scratch, nbr, out_src, out_dst):
+    """Local (src, dst) of every stored edge among nodes[:n], by source then neighbour id (the CSR
+    row order); returns the count. scratch: int64 [3, ≥n]; nbr: int64 [≥n, ≥n].
+
+    The store is symmetric, so each pair is looked up once, in the row of its endpoint of smaller
+    (degree, id), against the other endpoints sorted by id: a merge for short rows, a binary
+    search per endpoint for long ones. Hubs' rows (most of the adjacency that an ego subgraph
+    touches) are then rarely read, and the graph-sized `local` array (random reads, cache misses)
+    not at all."""
+    key, cand_id, cand_local = scratch[0], scratch[1], scratch[2]
+    for i in range(n):
+        v = nodes[i]
+        key[i] = ((indptr[v + 1] - indptr[v]) << 32) | v  # (degree, id); ids < 2³¹ (int32 indices)
+    by_rank = np.argsort(key[:n])
+    count = nbr[:n, 0]  # nbr[i, 0]: how many neighbours follow in nbr[i, 1:]
+    count[:] = 0
+    later = 0  # cand_*[:later]: the endpoints of larger (degree, id), by id
+    for t in range(n - 1, -1, -1):
+        i = by_rank[t]
+        u = nodes[i]
+        lo, hi = indptr[u], indptr[u + 1]
+        if later:
+            deg = hi - lo
+            log2 = 1
+            while (1 << log2) < deg:
+                log2 += 1
+            merge = deg + later <= 2 * later * (log2 + 1)
+            for q in range(later):
+                v = cand_id[q]
+                if merge:
+                    while lo < hi and indices[lo] < v:
+                        lo += 1
+                else:  # binary search: the first position in [lo, hi) whose id is ≥ v
+                    top = hi
+                    while lo < top:
+                        mid = (lo + top) >> 1
+                        if indices[mid] < v:
+                            lo = mid + 1
+                        else:
+                            top = mid
+                if lo == hi:
+                    break
+                if indices[lo] == v:
+                    j = cand_local[q]
+                    count[i] += 1
+                    nbr[i, count[i]] = j
+                    count[j] += 1
+                    nbr[j, count[j]] = i
+                    lo += 1
+        q = later  # insert u into the candidates, keeping them sorted by id
+        while q > 0 and cand_id[q - 1] > u:
+            cand_id[q], cand_local[q] = cand_id[q - 1], cand_local[q - 1]
+            q -= 1
+        cand_id[q], cand_local[q] = u, i
+        later += 1
     e = 0
     for i in range(n):
-        u = nodes[i]
-        for k in range(indptr[u], indptr[u + 1]):
-            j = local[indices[k]]
-            if j >= 0:
-                out_src[e], out_dst[e] = i, j
-                e += 1
+        first = e
+        for t in range(1, count[i] + 1):  # by neighbour id: insertion sort of a short list
+            j, k = nbr[i, t], e
+            while k > first and nodes[out_dst[k - 1]] > nodes[j]:
+                out_dst[k] = out_dst[k - 1]
+                k -= 1
+            out_dst[k] = j
+            out_src[e] = i
+            e += 1
     return e
 
 
@@ -113,10 +169,12 @@ def _ego_batch(indptr, indices, targets, fanouts, max_nodes, seed_key, local, be
     dst = np.empty(16 * t * max_nodes, np.int32)
     scratch_src = np.empty(max_nodes * max_nodes, np.int32)
     scratch_dst = np.empty(max_nodes * max_nodes, np.int32)
+    scratch = np.empty((3, max_nodes), np.int64)
+    nbr = np.empty((max_nodes, max_nodes), np.int64)
     for b in range(t):
         nodes = all_nodes[node_ptr[b] : node_ptr[b] + max_nodes]
         n = _ego_nodes(indptr, indices, targets[b], fanouts, max_nodes, seed_key, local, nodes, best_key, best_node)
-        e = _edges_among(indptr, indices, nodes, n, local, scratch_src, scratch_dst)
+        e = _edges_among(indptr, indices, nodes, n, scratch, nbr, scratch_src, scratch_dst)
         for i in range(n):
             local[nodes[i]] = -1
         node_ptr[b + 1] = node_ptr[b] + n
@@ -161,9 +219,10 @@ class EgoSampler:
             raise ValueError(f"target node ids must lie in 0..{len(self.local) - 1}")  # the compiled code does not check
         nodes, node_ptr, src, dst, edge_ptr = _ego_batch(self.indptr, self.indices, targets, self.fanouts, self.max_nodes,
                                                          self.seed_key, self.local, self.best_key, self.best_node)
-        return [EgoSubgraph(int(t), nodes[node_ptr[b] : node_ptr[b + 1]],
-                            np.stack([src[edge_ptr[b] : edge_ptr[b + 1]], dst[edge_ptr[b] : edge_ptr[b + 1]]]).astype(np.int64))
-                for b, t in enumerate(targets)]
+        edges = np.stack([src, dst]).astype(np.int64)  # one copy; each subgraph gets a view
+        node_ptr, edge_ptr = node_ptr.tolist(), edge_ptr.tolist()
+        return [EgoSubgraph(t, nodes[node_ptr[b] : node_ptr[b + 1]], edges[:, edge_ptr[b] : edge_ptr[b + 1]])
+                for b, t in enumerate(targets.tolist())]
 
 
 def ego_structures(subgraphs: list[EgoSubgraph], options: StructureOptions) -> list[dict[str, np.ndarray]]:
