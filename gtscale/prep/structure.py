@@ -218,18 +218,18 @@ def _twin_reduced_svd_encodings(adj, rank, out):
     return ok
 
 
-def _svd_encodings(adj: np.ndarray, rank: int) -> np.ndarray:
+def _svd_encodings(adj: np.ndarray, rank: int, reduce_twins: bool = True) -> np.ndarray:
     """[G, N, 2r] float16: U√Σ ‖ V√Σ of A+I for stacked adjacencies [G, N, N] of one size N.
 
     For symmetric A (undirected graphs) the SVD comes from the cheaper eigendecomposition
     A+I = Q Λ Qᵀ: σ = |λ|, U = Q, V = Q·sign(λ), ordered by σ descending: of the twin-reduced
     matrix where twins make it at least twice smaller (`_twin_reduced_svd_encodings`: most ego
-    subgraphs), else of A+I itself in one stacked eigh."""
+    subgraphs), else of A+I itself in one stacked eigh (all of them with reduce_twins=False)."""
     g, n, _ = adj.shape
     keep = min(rank, n)
     out = np.zeros((g, n, 2 * rank), dtype=np.float64)
     if np.array_equal(adj, np.swapaxes(adj, 1, 2)):
-        rest = np.flatnonzero(~_twin_reduced_svd_encodings(adj, rank, out))
+        rest = np.flatnonzero(~_twin_reduced_svd_encodings(adj, rank, out)) if reduce_twins else np.arange(g)
         if len(rest):
             lam, q = _eigh(adj[rest] + np.eye(n)[None])
             order = np.argsort(-np.abs(lam), axis=1, kind="stable")[:, :keep]
