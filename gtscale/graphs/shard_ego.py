@@ -87,7 +87,7 @@ def subgraph_records(store: GraphStore, subgraphs: list[EgoSubgraph], options: E
         records.append({
             schema.X_FLOAT: x,
             schema.EDGE_INDEX: sub.edge_index.astype(dtype),
-            schema.NODE_ID: sub.nodes.astype(np.int64),
+            schema.NODE_ID: sub.nodes.astype(np.int64, copy=False),  # the sampler's ids are int64 already
             schema.TARGET_NODES: np.zeros(1, dtype),
             schema.TARGET_Y: label.reshape(1),
             schema.META: {"idx": sub.target, "center": 0, "num_nodes": n, "num_edges": int(sub.edge_index.shape[1])},
