@@ -219,7 +219,8 @@ def _twin_reduced_svd_encodings(adj, rank, out):
 
 
 def _svd_encodings(adj: np.ndarray, rank: int, reduce_twins: bool = True) -> np.ndarray:
-    """[G, N, 2r] float16: U√Σ ‖ V√Σ of A+I for stacked adjacencies [G, N, N] of one size N.
+    """[G, N, 2r] float16: U√Σ ‖ V√Σ of A+I for stacked adjacencies [G, N, N] of one size N
+    (bool or float: converted to float64 only where eigh / svd need it).
 
     For symmetric A (undirected graphs) the SVD comes from the cheaper eigendecomposition
     A+I = Q Λ Qᵀ: σ = |λ|, U = Q, V = Q·sign(λ), ordered by σ descending: of the twin-reduced
@@ -231,7 +232,7 @@ def _svd_encodings(adj: np.ndarray, rank: int, reduce_twins: bool = True) -> np.
     if np.array_equal(adj, np.swapaxes(adj, 1, 2)):
         rest = np.flatnonzero(~_twin_reduced_svd_encodings(adj, rank, out)) if reduce_twins else np.arange(g)
         if len(rest):
-            lam, q = _eigh(adj[rest] + np.eye(n)[None])
+            lam, q = _eigh(adj[rest].astype(np.float64) + np.eye(n)[None])
             order = np.argsort(-np.abs(lam), axis=1, kind="stable")[:, :keep]
             lam = np.take_along_axis(lam, order, axis=1)
             u = np.take_along_axis(q, order[:, None, :], axis=2)
@@ -240,7 +241,7 @@ def _svd_encodings(adj: np.ndarray, rank: int, reduce_twins: bool = True) -> np.
             out[rest, :, :keep] = u * root_s
             out[rest, :, rank : rank + keep] = v * root_s
     else:
-        u, s, vh = np.linalg.svd(adj + np.eye(n)[None])
+        u, s, vh = np.linalg.svd(adj.astype(np.float64) + np.eye(n)[None])
         u, s, v = u[:, :, :keep], s[:, :keep], np.swapaxes(vh, 1, 2)[:, :, :keep]
         root_s = np.sqrt(s)[:, None, :]
         out[:, :, :keep] = u * root_s
@@ -305,16 +306,14 @@ def structure_many(graphs: list[tuple[np.ndarray, int]], options: StructureOptio
                 else:
                     dtype = schema.smallest_uint(largest[j])
                     results[i][schema.IN_DEGREE], results[i][schema.OUT_DEGREE] = in_deg[j].astype(dtype), out_deg[j].astype(dtype)
-        if options.svd_rank or options.lap_k:
-            adj_f = adj.astype(np.float64)
-            if options.svd_rank:
-                svd = _svd_encodings(adj_f, options.svd_rank)
-                for j, i in enumerate(members):
-                    results[i][schema.SVD_PE] = svd[j]
-            if options.lap_k:
-                vecs, vals = _laplacian_encodings(adj_f, options.lap_k)
-                for j, i in enumerate(members):
-                    results[i][schema.LAP_PE], results[i][schema.LAP_EIGVAL] = vecs[j], vals[j]
+        if options.svd_rank:
+            svd = _svd_encodings(adj, options.svd_rank)
+            for j, i in enumerate(members):
+                results[i][schema.SVD_PE] = svd[j]
+        if options.lap_k:
+            vecs, vals = _laplacian_encodings(adj.astype(np.float64), options.lap_k)
+            for j, i in enumerate(members):
+                results[i][schema.LAP_PE], results[i][schema.LAP_EIGVAL] = vecs[j], vals[j]
     return results
 
 
