@@ -21,7 +21,6 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from gtscale.format import schema
 from gtscale.prep.structure import StructureOptions, structure_many
 
 _M64 = (1 << 64) - 1
@@ -228,8 +227,7 @@ class EgoSampler:
 def ego_structures(subgraphs: list[EgoSubgraph], options: StructureOptions) -> list[dict[str, np.ndarray]]:
     """Structural arrays (spd, pred, degrees, SVD / Laplacian encodings) of ego subgraphs, computed
     by gtscale.prep.structure exactly as for molecules (equal-size subgraphs share LAPACK calls)."""
-    graphs = [(g.edge_index.astype(schema.index_dtype(len(g.nodes))), len(g.nodes)) for g in subgraphs]
-    return structure_many(graphs, options)
+    return structure_many([(g.edge_index, len(g.nodes)) for g in subgraphs], options)  # any integer dtype
 
 
 @numba.njit(cache=True, nogil=True)
