@@ -9,6 +9,8 @@ Figures, in one run, against the issue's targets (2 cores, 24 GiB):
                      + a Python BFS with the same rules + scipy shortest paths and numpy SVD)
   ego-shard writing  `gtscale shard graph-ego`'s work for one shard on one core: sample, structure,
                      features, tar (≥ 1,000 records/s per core)
+The targets are judged on wall time; the ego and shard figures also come per CPU second of this
+process, which is what one core delivers when other work shares the machine (see the load average).
   induced subgraph   5 % of the nodes and every edge among them (≤ 5 s), beside scipy's A[S][:, S]
                      (both include drawing the nodes; best of 3 interleaved rounds)
 Projections: ego subgraphs of all 5.78 M T-Social nodes on 2 and 64 cores.
@@ -110,16 +112,17 @@ def baseline_ego(adj, target: int, fanouts, max_nodes: int, seed: int, svd_rank:
 def _ego_rates(store: GraphStore, targets: np.ndarray, fanouts, max_nodes: int, seed: int, options: StructureOptions) -> dict:
     sampler = EgoSampler(store.indptr, store.indices, fanouts, max_nodes, seed)
     ego_structures(sampler.sample(targets[:64]), options)  # compile and warm up
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     subs = []
     for b in range(0, len(targets), 256):
         subs += sampler.sample(targets[b : b + 256])
-    sample_s = time.perf_counter() - start
-    start = time.perf_counter()
+    sample_s, sample_cpu = time.perf_counter() - start, time.process_time() - cpu
+    start, cpu = time.perf_counter(), time.process_time()
     for b in range(0, len(subs), 256):
         ego_structures(subs[b : b + 256], options)
-    structure_s = time.perf_counter() - start
+    structure_s, structure_cpu = time.perf_counter() - start, time.process_time() - cpu
     return {"sample_per_s": len(targets) / sample_s, "with_structure_per_s": len(targets) / (sample_s + structure_s),
+            "sample_per_cpu_s": len(targets) / sample_cpu, "with_structure_per_cpu_s": len(targets) / (sample_cpu + structure_cpu),
             "mean_nodes": float(np.mean([len(s.nodes) for s in subs])), "mean_edges": float(np.mean([s.edge_index.shape[1] for s in subs]))}
 
 
@@ -155,9 +158,10 @@ def run(args: argparse.Namespace) -> int:
 
         shard_targets = np.sort(targets[: args.shard_targets])
         shard_options = EgoShardOptions(options, fanouts, args.max_nodes, args.seed, shard_size=len(shard_targets))
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         shard_graph_ego(work / "store", {"train": shard_targets}, {"bench": True}, work / "shards", shard_options, workers=1, progress=False)
         shard_rate = len(shard_targets) / (time.perf_counter() - start)
+        shard_cpu_rate = len(shard_targets) / (time.process_time() - cpu)  # workers=1: all in this process
 
         induced_s, induced_scipy_s = [], []
         for round_seed in range(3):  # interleaved rounds (the first also warms the page cache); best reported
@@ -182,6 +186,7 @@ def run(args: argparse.Namespace) -> int:
                 "baseline_targets": args.baseline_targets, "baseline_with_structure_per_s": baseline_rate,
                 "vs_baseline": rate / baseline_rate},
         "ego_shard_records_per_s": shard_rate,
+        "ego_shard_records_per_cpu_s": shard_cpu_rate,
         "induced": {"fraction": args.fraction, "nodes": len(nodes), "edges": int(edge_index.shape[1]), "seconds": induced_s,
                     "scipy_seconds": induced_scipy_s, "scipy_edges": int(ref.nnz), "vs_scipy": induced_scipy_s / induced_s},
         "projected_ego_all_tsocial_nodes_s": {str(c): TSOCIAL_NODES / (rate * c) for c in (2, 64)},
@@ -210,9 +215,11 @@ def _print(r: dict) -> None:
     print(f"{'store open (s)':<40}{r['open_s']:>14.3f}  < 1 {mark[ok['open_s']]}")
     print(f"{'ego sample only (/s, 1 core)':<40}{e['sample_per_s']:>14.0f}  -")
     print(f"{'ego + structure (/s, 1 core)':<40}{e['with_structure_per_s']:>14.0f}  ≥ 2000 {mark[ok['ego_per_s_per_core']]}")
+    print(f"{'  per CPU second (shared machine)':<40}{e['with_structure_per_cpu_s']:>14.0f}  (sample only {e['sample_per_cpu_s']:.0f})")
     print(f"{'  scipy + Python BFS (/s, 1 core)':<40}{e['baseline_with_structure_per_s']:>14.1f}  ratio {e['vs_baseline']:.1f}×")
     print(f"{'  mean nodes / edges per ego':<40}{e['mean_nodes']:>8.1f} / {e['mean_edges']:.0f}")
     print(f"{'ego-shard writing (records/s, 1 core)':<40}{r['ego_shard_records_per_s']:>14.0f}  ≥ 1000 {mark[ok['ego_shard_records_per_s_per_core']]}")
+    print(f"{'  per CPU second (shared machine)':<40}{r['ego_shard_records_per_cpu_s']:>14.0f}")
     print(f"{'induced ' + format(i['fraction'], '.0%') + ' subgraph (s)':<40}{i['seconds']:>14.2f}  ≤ 5 {mark[ok['induced_5pct_s']]}")
     print(f"{'  scipy A[S][:, S] (s)':<40}{i['scipy_seconds']:>14.2f}  ratio {i['vs_scipy']:.1f}×")
     for cores, seconds in r["projected_ego_all_tsocial_nodes_s"].items():

@@ -20,14 +20,20 @@ def _header(dtype_str: str, shape: tuple[int, ...]) -> bytes:
     return buf.getvalue()
 
 
+@lru_cache(maxsize=8192)
+def _header_of(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
+    if dtype.hasobject:
+        raise ValueError("refusing to encode an object array: shards hold numbers only")
+    return _header(dtype.str, shape)
+
+
 def encode_npy(array: np.ndarray) -> bytes:
     """The bytes ``np.save(f, array)`` would write (C order, format 1.0)."""
-    array = np.asarray(array)
+    if type(array) is not np.ndarray:
+        array = np.asarray(array)
     if not array.flags.c_contiguous:
         array = np.ascontiguousarray(array)  # (not unconditionally: it turns 0-d arrays into 1-d)
-    if array.dtype.hasobject:
-        raise ValueError("refusing to encode an object array: shards hold numbers only")
-    return _header(array.dtype.str, array.shape) + array.tobytes()
+    return _header_of(array.dtype, array.shape) + array.tobytes()  # by dtype object: no .str per call
 
 
 class UnsafeArrayError(ValueError):

@@ -127,7 +127,10 @@ def smallest_uint(max_value: int) -> np.dtype:
 
 def index_dtype(num_nodes: int) -> np.dtype:
     """edge_index dtype: int16 while node ids fit, else int32 (signed, as torch likes)."""
-    return np.dtype(np.int16) if num_nodes <= np.iinfo(np.int16).max else np.dtype(np.int32)
+    return _INT16 if num_nodes <= _INT16_MAX else _INT32  # per record: no np.iinfo here
+
+
+_INT16, _INT32, _INT16_MAX = np.dtype(np.int16), np.dtype(np.int32), int(np.iinfo(np.int16).max)
 
 
 # --- molecular feature vocabularies (OGB's smiles2graph) ------------------------------------

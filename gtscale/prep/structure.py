@@ -11,8 +11,10 @@
   one included), for the Energy Transformer and GT-style models.
 
 `structure_many` computes these for a list of graphs at once: graphs of equal size share one
-stacked LAPACK call, which is what makes per-molecule linear algebra cheap; shortest paths come
-from a BFS compiled with numba, per graph.
+stacked LAPACK call, which is what makes per-molecule linear algebra cheap, and one compiled
+(numba) call for their BFS. Where twins (identical adjacency rows, e.g. the leaves that an ego
+subgraph's fan-out caps hang off one parent) shrink the SVD encoding's eigenproblem at least 2×,
+it is solved on the classes of twins instead, exactly (`_twin_reduced_svd_encodings`).
 """
 
 from __future__ import annotations
@@ -99,6 +101,24 @@ def shortest_paths(edge_index: np.ndarray, num_nodes: int) -> tuple[np.ndarray, 
     return spd, pred
 
 
+@numba.njit(cache=True, nogil=True)
+def _bfs_stacked(src, dst, edge_ptr, n, spd, pred, no_pred):
+    for b in range(spd.shape[0]):
+        lo, hi = edge_ptr[b], edge_ptr[b + 1]
+        _bfs_all_sources(src[lo:hi], dst[lo:hi], n, spd[b], pred[b], no_pred)
+
+
+def _shortest_paths_stacked(src: np.ndarray, dst: np.ndarray, edge_ptr: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """`shortest_paths` of G graphs of one size in one compiled call: graph b's edges are
+    src/dst[edge_ptr[b]:edge_ptr[b+1]]; returns stacked (spd [G,N,N], pred [G,N,N])."""
+    dtype = schema.pred_dtype(num_nodes)
+    g = len(edge_ptr) - 1
+    spd = np.empty((g, num_nodes, num_nodes), dtype=np.uint8)
+    pred = np.empty((g, num_nodes, num_nodes), dtype=dtype)
+    _bfs_stacked(src, dst, np.asarray(edge_ptr, np.int64), num_nodes, spd, pred, dtype.type(schema.pred_sentinel(dtype)))
+    return spd, pred
+
+
 def _eigh(symmetric: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Eigenpairs of stacked symmetric matrices, ascending. float32 through torch: the results are
     stored as float16, and torch's batched float32 LAPACK path is ~1.5× numpy's float64 one on the
@@ -107,27 +127,135 @@ def _eigh(symmetric: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return values.numpy().astype(np.float64), vectors.numpy().astype(np.float64)
 
 
-def _svd_encodings(adj: np.ndarray, rank: int) -> np.ndarray:
-    """[G, N, 2r] float16: U√Σ ‖ V√Σ of A+I for stacked adjacencies [G, N, N] of one size N.
+@numba.njit(cache=True, nogil=True)
+def _twin_classes(adj, cls):
+    """Classes of nodes with identical adjacency rows (twins): fills cls[i] with i's class, numbered
+    in the order of their first node, and returns the count. Rows are compared as bitsets, found
+    through a sort of their hashes."""
+    n = adj.shape[0]
+    words = (n + 63) // 64
+    bits = np.zeros((n, words), np.uint64)
+    key = np.empty(n, np.uint64)
+    for i in range(n):
+        h = np.uint64(0x9E3779B97F4A7C15)
+        for j in range(n):
+            if adj[i, j]:
+                bits[i, j // 64] |= np.uint64(1) << np.uint64(j % 64)
+        for w in range(words):
+            h = (h ^ bits[i, w]) * np.uint64(0xBF58476D1CE4E5B9)
+            h ^= h >> np.uint64(31)
+        key[i] = h
+    order = np.argsort(key, kind="mergesort")
+    first = np.full(n, -1, np.int64)  # first node of each provisional class
+    cls[:] = -1
+    count = 0
+    start = 0
+    while start < n:  # one run of equal hashes: split by exact row comparison
+        stop = start + 1
+        while stop < n and key[order[stop]] == key[order[start]]:
+            stop += 1
+        for t in range(start, stop):
+            i = order[t]
+            for u in range(start, t):
+                other = order[u]
+                if first[other] == other:  # `other` leads a class of this run
+                    same = True
+                    for w in range(words):
+                        if bits[i, w] != bits[other, w]:
+                            same = False
+                            break
+                    if same:
+                        cls[i] = cls[other]
+                        break
+            if cls[i] < 0:
+                cls[i] = count
+                first[i] = i
+                count += 1
+        start = stop
+    # renumber classes by their smallest node, so the reduced matrix follows node order
+    label = np.full(count, -1, np.int64)
+    next_label = 0
+    for i in range(n):
+        if label[cls[i]] < 0:
+            label[cls[i]] = next_label
+            next_label += 1
+        cls[i] = label[cls[i]]
+    return count
+
+
+@numba.njit(cache=True, nogil=True)
+def _twin_reduced_svd_encodings(adj, rank, out):
+    """U√Σ ‖ V√Σ of A+I into out[g] for the symmetric adjacencies adj [G, N, N] whose twin classes
+    make the problem at least twice smaller; ok[g] says which (the others are left to eigh).
+
+    Twins (nodes with identical rows of A, e.g. the leaves that an ego subgraph's fan-out caps hang
+    off one parent) give A(e_i − e_j) = 0. With the orthonormal class indicators w_c = 1_c/√s_c,
+    A = W R Wᵀ on their span, R[c, d] = √(s_c s_d)·A[c, d], and its complement is A's null space
+    (eigenvalue 1 of A+I). So A+I's eigenpairs are those of R+I (an m×m problem, m = number of
+    classes, ~10 for a 2-hop ego subgraph of 64 nodes), with x_i = y_c(i)/√s_c(i), plus eigenvalue 1
+    — which must stay below the kept pairs, else the graph goes to eigh. Ordered and signed as
+    `_svd_encodings` does for eigh's pairs: |λ| descending (ties: smaller λ first), U = x, V = x·sign(λ)."""
+    g, n, _ = adj.shape
+    keep = min(rank, n)
+    ok = np.zeros(g, np.bool_)
+    cls = np.empty(n, np.int64)
+    for b in range(g):
+        m = _twin_classes(adj[b], cls)
+        if 2 * m > n:
+            continue
+        size = np.zeros(m)
+        rep = np.empty(m, np.int64)
+        for i in range(n - 1, -1, -1):
+            size[cls[i]] += 1.0
+            rep[cls[i]] = i
+        reduced = np.empty((m, m))
+        for c in range(m):
+            for d in range(m):
+                reduced[c, d] = np.sqrt(size[c] * size[d]) * adj[b, rep[c], rep[d]] + (1.0 if c == d else 0.0)
+        lam, y = np.linalg.eigh(reduced)
+        order = np.argsort(-np.abs(lam), kind="mergesort")  # stable, as _svd_encodings sorts eigh's
+        if keep > m or abs(lam[order[keep - 1]]) <= 1.0 + 1e-7:
+            continue  # the pairs reach the eigenvalue 1 of A's null space: eigh decides
+        for j in range(keep):
+            t = order[j]
+            root = np.sqrt(abs(lam[t]))
+            flip = 1.0 if lam[t] >= 0 else -1.0
+            for i in range(n):
+                x = y[cls[i], t] / np.sqrt(size[cls[i]]) * root
+                out[b, i, j] = x
+                out[b, i, rank + j] = x * flip
+        ok[b] = True
+    return ok
+
+
+def _svd_encodings(adj: np.ndarray, rank: int, reduce_twins: bool = True) -> np.ndarray:
+    """[G, N, 2r] float16: U√Σ ‖ V√Σ of A+I for stacked adjacencies [G, N, N] of one size N
+    (bool or float: converted to float64 only where eigh / svd need it).
 
     For symmetric A (undirected graphs) the SVD comes from the cheaper eigendecomposition
-    A+I = Q Λ Qᵀ: σ = |λ|, U = Q, V = Q·sign(λ), ordered by σ descending."""
+    A+I = Q Λ Qᵀ: σ = |λ|, U = Q, V = Q·sign(λ), ordered by σ descending: of the twin-reduced
+    matrix where twins make it at least twice smaller (`_twin_reduced_svd_encodings`: most ego
+    subgraphs), else of A+I itself in one stacked eigh (all of them with reduce_twins=False)."""
     g, n, _ = adj.shape
-    a_plus_i = adj + np.eye(n)[None]
     keep = min(rank, n)
-    if np.array_equal(adj, np.swapaxes(adj, 1, 2)):
-        lam, q = _eigh(a_plus_i)
-        order = np.argsort(-np.abs(lam), axis=1, kind="stable")[:, :keep]
-        lam = np.take_along_axis(lam, order, axis=1)
-        u = np.take_along_axis(q, order[:, None, :], axis=2)
-        s, v = np.abs(lam), u * np.where(lam < 0, -1.0, 1.0)[:, None, :]
-    else:
-        u, s, vh = np.linalg.svd(a_plus_i)
-        u, s, v = u[:, :, :keep], s[:, :keep], np.swapaxes(vh, 1, 2)[:, :, :keep]
-    root_s = np.sqrt(s)[:, None, :]
     out = np.zeros((g, n, 2 * rank), dtype=np.float64)
-    out[:, :, :keep] = u * root_s
-    out[:, :, rank : rank + keep] = v * root_s
+    if np.array_equal(adj, np.swapaxes(adj, 1, 2)):
+        rest = np.flatnonzero(~_twin_reduced_svd_encodings(adj, rank, out)) if reduce_twins else np.arange(g)
+        if len(rest):
+            lam, q = _eigh(adj[rest].astype(np.float64) + np.eye(n)[None])
+            order = np.argsort(-np.abs(lam), axis=1, kind="stable")[:, :keep]
+            lam = np.take_along_axis(lam, order, axis=1)
+            u = np.take_along_axis(q, order[:, None, :], axis=2)
+            s, v = np.abs(lam), u * np.where(lam < 0, -1.0, 1.0)[:, None, :]
+            root_s = np.sqrt(s)[:, None, :]
+            out[rest, :, :keep] = u * root_s
+            out[rest, :, rank : rank + keep] = v * root_s
+    else:
+        u, s, vh = np.linalg.svd(adj.astype(np.float64) + np.eye(n)[None])
+        u, s, v = u[:, :, :keep], s[:, :keep], np.swapaxes(vh, 1, 2)[:, :, :keep]
+        root_s = np.sqrt(s)[:, None, :]
+        out[:, :, :keep] = u * root_s
+        out[:, :, rank : rank + keep] = v * root_s
     return out.astype(np.float16)
 
 
@@ -174,8 +302,9 @@ def structure_many(graphs: list[tuple[np.ndarray, int]], options: StructureOptio
         adj = np.zeros((g, n, n), dtype=bool)
         adj[graph_of_edge, src, dst] = True
         if options.spd:
-            for i in members:
-                results[i][schema.SPD], results[i][schema.PRED] = shortest_paths(graphs[i][0], n)
+            spd, pred = _shortest_paths_stacked(src, dst, np.cumsum([0] + counts), n)
+            for j, i in enumerate(members):
+                results[i][schema.SPD], results[i][schema.PRED] = spd[j], pred[j]
                 if options.paths == "floyd-warshall":
                     results[i][schema.FW_MID] = floyd_warshall.floyd_warshall_mid(graphs[i][0], n)
         if options.degree:
@@ -189,16 +318,14 @@ def structure_many(graphs: list[tuple[np.ndarray, int]], options: StructureOptio
                 else:
                     dtype = schema.smallest_uint(largest[j])
                     results[i][schema.IN_DEGREE], results[i][schema.OUT_DEGREE] = in_deg[j].astype(dtype), out_deg[j].astype(dtype)
-        if options.svd_rank or options.lap_k:
-            adj_f = adj.astype(np.float64)
-            if options.svd_rank:
-                svd = _svd_encodings(adj_f, options.svd_rank)
-                for j, i in enumerate(members):
-                    results[i][schema.SVD_PE] = svd[j]
-            if options.lap_k:
-                vecs, vals = _laplacian_encodings(adj_f, options.lap_k)
-                for j, i in enumerate(members):
-                    results[i][schema.LAP_PE], results[i][schema.LAP_EIGVAL] = vecs[j], vals[j]
+        if options.svd_rank:
+            svd = _svd_encodings(adj, options.svd_rank)
+            for j, i in enumerate(members):
+                results[i][schema.SVD_PE] = svd[j]
+        if options.lap_k:
+            vecs, vals = _laplacian_encodings(adj.astype(np.float64), options.lap_k)
+            for j, i in enumerate(members):
+                results[i][schema.LAP_PE], results[i][schema.LAP_EIGVAL] = vecs[j], vals[j]
     return results
 
 

@@ -17,7 +17,7 @@ def test_bench_graph_reports_every_figure(tmp_path, capsys):
     ego = report["ego"]
     assert ego["with_structure_per_s"] <= ego["sample_per_s"] and ego["vs_baseline"] > 0 and ego["mean_nodes"] <= 64
     assert report["induced"]["nodes"] == 150 and report["induced"]["edges"] >= 0
-    assert report["ego_shard_records_per_s"] > 0
+    assert report["ego_shard_records_per_s"] > 0 and report["ego_shard_records_per_cpu_s"] > 0 and ego["with_structure_per_cpu_s"] > 0
     assert set(report["projected_ego_all_tsocial_nodes_s"]) == {"2", "64"}
     assert set(report["targets_met"]) == {"build_s", "build_peak_rss_gib", "open_s", "ego_per_s_per_core", "induced_5pct_s",
                                           "ego_shard_records_per_s_per_core"}

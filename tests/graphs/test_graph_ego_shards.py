@@ -81,3 +81,26 @@ def test_loader_accepts_schema_v1_and_v2_manifests():
         _check_manifest({"schema_version": version, "_dir": "d"}, ())
     with pytest.raises(UserError, match="schema_version 3"):
         _check_manifest({"schema_version": 3, "_dir": "d"}, ())
+
+
+def test_records_gather_features_and_labels_per_batch(store_path):
+    """subgraph_records gathers a batch's features and labels at once: each record still holds its
+    own nodes' features (float16) and its target's label, NaN where the label is unknown (−1)."""
+    from dataclasses import replace
+
+    from gtscale.graphs.shard_ego import EgoShardOptions, subgraph_records
+
+    store = GraphStore.open(store_path)
+    labels = np.asarray(store.labels).copy()
+    labels[::3] = -1
+    store = replace(store, labels=labels)
+    targets = np.arange(0, 60, 2)
+    subs = EgoSampler(store.indptr, store.indices, (6, 4), 24, 0).sample(targets)
+    records = subgraph_records(store, subs, EgoShardOptions(StructureOptions(svd_rank=0, lap_k=0)))
+    assert subgraph_records(store, [], EgoShardOptions()) == []
+    for sub, rec in zip(subs, records):
+        np.testing.assert_array_equal(rec[schema.X_FLOAT], np.asarray(store.features[sub.nodes], np.float16))
+        assert rec[schema.X_FLOAT].dtype == np.float16 and rec[schema.X_FLOAT].shape == (len(sub.nodes), store.features.shape[1])
+        expected = np.nan if labels[sub.target] < 0 else float(labels[sub.target])
+        np.testing.assert_array_equal(rec[schema.TARGET_Y], np.array([expected], np.float32))
+        assert rec[schema.TARGET_Y].dtype == np.float32 and rec[schema.TARGET_Y].shape == (1,)
