@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 def test_quickstart_beats_the_mean_predictor(tmp_path):
     env = os.environ | {"GTSCALE_SHARDS": str(tmp_path / "shards"), "GTSCALE_RUNS": str(tmp_path / "runs")}
     result = subprocess.run(
-        [str(REPO / "launch" / "quickstart"), "schedule.total_steps=200", "schedule.warmup_steps=20", "logging.progress=false"],
+        [str(REPO / "launch" / "quickstart"), "schedule.total_steps=100", "schedule.warmup_steps=10", "logging.progress=false"],
         env=env, capture_output=True, text=True, timeout=600, cwd=REPO,
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
