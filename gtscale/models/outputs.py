@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 
 
-@dataclass
-class Outputs:
+class Outputs(NamedTuple):
     """Model outputs in the Batch's dense layout. Rows of padding nodes (and pairs involving
-    one) are zero; virtual nodes / graph tokens are not among the node rows."""
+    one) are zero; virtual nodes / graph tokens are not among the node rows.
+
+    A NamedTuple, not a dataclass, because ZeRO-3 must see the tensors a module returns: it hooks
+    them to gather the module's own parameters again for the backward pass, and it looks inside
+    tuples, lists and dicts only. Behind a dataclass the parameters a backbone holds directly
+    (Graphormer's graph token, the ET's CLS token and pair weights) stayed partitioned in backward,
+    and training under ZeRO-3 failed with a size-0 tensor."""
 
     node: torch.Tensor  # float [B, N, d]
     edge: Optional[torch.Tensor]  # float [B, N, N, d_e]; None for models without an edge output
