@@ -1,0 +1,36 @@
+"""launch/slurm-local stop leaves nothing running: a job still running when the cluster stops (a
+test that failed mid-job) loses its processes too (slurmstepd, batch script, srun), instead of
+holding the host's cores until it reboots."""
+
+import subprocess
+import time
+from pathlib import Path
+
+from cluster import SLURM_LOCAL, cluster, sbatch, scontrol_jobs  # noqa: F401  (cluster is a fixture)
+
+
+def _processes_of_job(job: str) -> list[int]:
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if f"SLURM_JOB_ID={job}".encode() in environ.read_bytes().split(b"\0"):
+                found.append(int(environ.parent.name))
+        except OSError:
+            continue  # exited meanwhile, or not ours to read
+    return found
+
+
+def test_stop_kills_the_processes_of_a_running_job(cluster, tmp_path):
+    env = cluster["env"]
+    job = sbatch(env, "--output", str(tmp_path / "job.out"), "--wrap", "srun sleep 600")
+    deadline = time.monotonic() + 60
+    while not (scontrol_jobs(env, job)[0]["JobState"] == "RUNNING" and len(_processes_of_job(job)) >= 2):
+        assert time.monotonic() < deadline, scontrol_jobs(env, job)
+        time.sleep(0.2)
+    stopped = subprocess.run([str(SLURM_LOCAL), "stop"], env=env, capture_output=True, text=True, timeout=120)
+    assert stopped.returncode == 0, stopped.stderr
+    assert "leftover job process" in stopped.stderr, stopped.stderr
+    deadline = time.monotonic() + 10
+    while _processes_of_job(job):
+        assert time.monotonic() < deadline, _processes_of_job(job)
+        time.sleep(0.1)
