@@ -200,3 +200,14 @@ def test_parts_with_differently_spelled_roots_merge(tmp_path):
     assert shard("ogbg-molhiv", "--root", str(root), "--out", str(out), "--shard-size", "10", "--part", "0", "--num-parts", "2") == 0
     assert shard("ogbg-molhiv", "--root", str(root) + "/./", "--out", str(out), "--shard-size", "10", "--part", "1", "--num-parts", "2") == 0
     assert main(["merge-parts", str(out)]) == 0
+
+
+def test_pains_labels_are_the_same_across_worker_processes():
+    import csv
+
+    from gtscale.prep.sources.bundled import WEHI, pains_labels
+
+    with open(WEHI) as f:
+        smiles = [row[0] for _, row in zip(range(1200), csv.reader(f))] + ["not a smiles"]
+    one, two = pains_labels(smiles, workers=1), pains_labels(smiles, workers=2)
+    assert np.array_equal(one, two, equal_nan=True) and np.isnan(two[-1]) and 0 < np.nansum(two) < len(smiles) - 1

@@ -11,6 +11,8 @@ Splits are fixed: a permutation seeded with 0, 80/10/10.
 
 from __future__ import annotations
 
+import multiprocessing as mp
+import os
 from pathlib import Path
 
 import numpy as np
@@ -45,8 +47,22 @@ def read_nci_tpsa() -> MoleculeTable:
     )
 
 
-def pains_labels(smiles: list[str]) -> np.ndarray:
-    """1.0 where RDKit's PAINS catalog (families A, B, C) matches the molecule, NaN if unparsable."""
+def pains_labels(smiles: list[str], workers: int | None = None) -> np.ndarray:
+    """1.0 where RDKit's PAINS catalog (families A, B, C) matches the molecule, NaN if unparsable.
+    Matching 480 substructure patterns costs ~3.5 ms per molecule, so the molecules are split
+    across `workers` forked processes (default: the CPUs this process may use)."""
+    workers = workers or len(os.sched_getaffinity(0))
+    if workers <= 1 or len(smiles) < 4 * _PAINS_CHUNK:
+        return _pains_chunk(smiles)
+    chunks = [smiles[i:i + _PAINS_CHUNK] for i in range(0, len(smiles), _PAINS_CHUNK)]
+    with mp.get_context("fork").Pool(workers) as pool:
+        return np.concatenate(pool.map(_pains_chunk, chunks))
+
+
+_PAINS_CHUNK = 250
+
+
+def _pains_chunk(smiles: list[str]) -> np.ndarray:
     params = FilterCatalogParams()
     params.AddCatalog(FilterCatalogParams.FilterCatalogs.PAINS)
     catalog = FilterCatalog(params)
