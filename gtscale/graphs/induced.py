@@ -35,7 +35,6 @@ skips, so replaying costs nothing and the resumed run gets the batches the unint
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Iterator
 
@@ -45,14 +44,13 @@ import torch
 from gtscale.errors import UserError
 from gtscale.format import schema
 from gtscale.graphs.sample import induced_edges
+from gtscale.graphs.online import StoreLoader
 from gtscale.graphs.splits import mask_split, ratio_split
-from gtscale.graphs.store import MANIFEST, GraphStore
-from gtscale.io import sha256_file
+from gtscale.graphs.store import GraphStore
 from gtscale.loader.config import LoaderConfig, derive_seed
 from gtscale.loader.edge_batch import EdgeBatch
 from gtscale.loader.filler import FILLER_IDX
 from gtscale.loader.slots import ShardStream
-from gtscale.loader.stream import StreamLoader
 
 #: Purposes mixed into derived seeds (the shard loader uses 0..2, the online ego loader 3).
 _ROUND, _EVAL_PARTS = 4, 5
@@ -186,20 +184,11 @@ class InducedStream(ShardStream):
         )
 
 
-class InducedLoader(StreamLoader):
-    """`StreamLoader` over an `InducedStream`: the same iteration, epochs, state_dict and resume."""
+class InducedLoader(StoreLoader):
+    """`StoreLoader` over an `InducedStream`."""
 
-    @property
-    def num_samples(self) -> int:
-        """Target nodes of the split (evaluation scores each once)."""
-        return len(self._stream.targets)
-
-    def _fingerprint(self) -> str:
-        s = self._stream
-        digest = hashlib.sha256(sha256_file(s.store_path / MANIFEST).encode())
-        digest.update(s.targets.tobytes())
-        digest.update(repr(s.fraction).encode())
-        return digest.hexdigest()[:16]
+    def _sampler_settings(self) -> bytes:
+        return repr(self._stream.fraction).encode()
 
     def filler_batch(self) -> EdgeBatch:
         """One node, no edge, no target (idx FILLER_IDX): what a rank out of evaluation parts runs."""

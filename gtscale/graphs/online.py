@@ -97,19 +97,32 @@ class EgoStream(ShardStream):
         return super()._collate(full, ordinal, worker, skipped)
 
 
-class OnlineEgoLoader(StreamLoader):
-    """`StreamLoader` over an `EgoStream`: same iteration, epochs, state_dict and filler batches."""
+class StoreLoader(StreamLoader):
+    """`StreamLoader` over a stream that samples a graph store's target nodes online: the same
+    iteration, epochs, state_dict and filler batches. Its fingerprint (what a resumed position
+    must match) is the store's manifest, the targets and the sampler's settings."""
 
     @property
     def num_samples(self) -> int:
+        """Target nodes of the split (evaluation scores each once)."""
         return len(self._stream.targets)
+
+    def _sampler_settings(self) -> bytes:
+        raise NotImplementedError
 
     def _fingerprint(self) -> str:
         s = self._stream
         digest = hashlib.sha256(sha256_file(s.store_path / MANIFEST).encode())
         digest.update(s.targets.tobytes())
-        digest.update(json.dumps(asdict(s.options), sort_keys=True).encode())
+        digest.update(self._sampler_settings())
         return digest.hexdigest()[:16]
+
+
+class OnlineEgoLoader(StoreLoader):
+    """`StoreLoader` over an `EgoStream`."""
+
+    def _sampler_settings(self) -> bytes:
+        return json.dumps(asdict(self._stream.options), sort_keys=True).encode()
 
 
 def _filler_manifest(store: GraphStore, options: EgoShardOptions) -> dict:

@@ -155,12 +155,17 @@ def collate(records: Sequence[Record], keys: Sequence[str] = (), max_dist: int =
 
 def _continuous(records: Sequence[Record]) -> bool:
     """Whether the batch's node features are x_float (else x); a batch never mixes the two."""
-    continuous = [schema.X_FLOAT in r.arrays for r in records]
-    if any(continuous) and not all(continuous):
-        odd = records[continuous.index(not continuous[0])]
-        kinds = ("x (categorical)", "x_float (continuous)")
-        raise ShardError(odd.shard, odd.key, f"has {kinds[not continuous[0]]} node features, others in its batch have {kinds[continuous[0]]}")
-    return continuous[0]
+    return _all_or_none(records, schema.X_FLOAT, ("x (categorical) node features", "x_float (continuous) node features"))
+
+
+def _all_or_none(records: Sequence[Record], key: str, kinds: tuple[str, str]) -> bool:
+    """Whether the batch's records carry `key`: all of them or none (kinds: without, with), else
+    an error naming the first record that differs from the batch's first."""
+    present = [key in r.arrays for r in records]
+    if any(present) and not all(present):
+        odd = records[present.index(not present[0])]
+        raise ShardError(odd.shard, odd.key, f"has {kinds[not present[0]]}, others in its batch have {kinds[present[0]]}")
+    return present[0]
 
 
 def _targets(records: Sequence[Record]) -> dict[str, np.ndarray]:
@@ -198,12 +203,8 @@ def _path_edges(records, sizes, pair_mask, spd, edge_index, edge_graph, edge_att
 
 def _path_rule(records: Sequence[Record]) -> str:
     """schema.FW_MID when every record carries it, schema.PRED when none does; a mix is an error."""
-    with_mid = [schema.FW_MID in r.arrays for r in records]
-    if any(with_mid) and not all(with_mid):
-        odd = records[with_mid.index(not with_mid[0])]
-        rules = ("pred (BFS paths)", "fw_mid (Floyd–Warshall paths)")
-        raise ShardError(odd.shard, odd.key, f"has {rules[not with_mid[0]]}, others in its batch have {rules[with_mid[0]]}")
-    return schema.FW_MID if with_mid[0] else schema.PRED
+    with_mid = _all_or_none(records, schema.FW_MID, ("pred (BFS paths)", "fw_mid (Floyd–Warshall paths)"))
+    return schema.FW_MID if with_mid else schema.PRED
 
 
 def _node_matrix(records: Sequence[Record], key: str, sizes: np.ndarray) -> np.ndarray:

@@ -45,6 +45,14 @@ def edge_id_table(edge_index: np.ndarray, graph_of_edge: np.ndarray, batch_size:
     return table
 
 
+
+def _reachable_pairs(spd: np.ndarray, max_dist: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The output rows [B·N·N, D] (all -1), the flat hop counts, and the flat indices of the pairs
+    with a path of at least one edge (the only ones with path edges)."""
+    b, n, _ = spd.shape
+    hops = spd.reshape(-1)
+    return np.full((b * n * n, max_dist), -1, dtype=np.int64), hops, np.flatnonzero((hops >= 1) & (hops != schema.SPD_UNREACHABLE))
+
 def path_edge_ids(spd: np.ndarray, pred: np.ndarray, edge_ids: np.ndarray, max_dist: int) -> np.ndarray:
     """[B, N, N, D] int64 edge rows along each shortest path, -1 past its end.
 
@@ -52,9 +60,7 @@ def path_edge_ids(spd: np.ndarray, pred: np.ndarray, edge_ids: np.ndarray, max_d
     pred: [B, N, N] int64 predecessor node, -1 where there is none.
     edge_ids: flat [B·N·N] table from `edge_id_table`."""
     b, n, _ = spd.shape
-    out = np.full((b * n * n, max_dist), -1, dtype=np.int64)
-    hops = spd.reshape(-1)
-    pairs = np.flatnonzero((hops >= 1) & (hops != schema.SPD_UNREACHABLE))
+    out, hops, pairs = _reachable_pairs(spd, max_dist)
     if pairs.size == 0 or max_dist == 0:
         return out.reshape(b, n, n, max_dist)
     pairs = pairs[np.argsort(hops[pairs], kind="stable")]
@@ -120,9 +126,7 @@ def path_edge_ids_fw(spd: np.ndarray, mid: np.ndarray, edge_ids: np.ndarray, max
     spd: [B, N, N] hops as for `path_edge_ids`. mid: [B, N, N] int64 intermediate node, -1 where
     there is none (pairs joined by an edge). edge_ids: flat [B·N·N] table from `edge_id_table`."""
     b, n, _ = spd.shape
-    out = np.full((b * n * n, max_dist), -1, dtype=np.int64)
-    hops = spd.reshape(-1)
-    pairs = np.flatnonzero((hops >= 1) & (hops != schema.SPD_UNREACHABLE))
+    out, hops, pairs = _reachable_pairs(spd, max_dist)
     if pairs.size == 0 or max_dist == 0:
         return out.reshape(b, n, n, max_dist)
     via = mid.reshape(-1)[pairs]
