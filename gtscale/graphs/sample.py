@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from gtscale.graphs.csr_check import require_checked
 from gtscale.prep.structure import StructureOptions, structure_many
 
 _M64 = (1 << 64) - 1
@@ -221,6 +222,7 @@ class EgoSampler:
     def __init__(self, indptr: np.ndarray, indices: np.ndarray, fanouts=(16, 16), max_nodes: int = 64, seed: int = 0):
         if max_nodes < 1 or max_nodes > np.iinfo(np.uint16).max or not fanouts or min(fanouts) < 1:
             raise ValueError("max_nodes must be in 1..65535 and every fan-out ≥ 1")
+        require_checked(indptr, indices)  # the compiled code trusts every row pointer and id
         self.indptr, self.indices = indptr, indices
         self.fanouts = np.asarray(fanouts, np.int64)
         self.max_nodes = int(max_nodes)
@@ -276,7 +278,11 @@ def _induced(indptr, indices, nodes, local):
 def induced_edges(indptr: np.ndarray, indices: np.ndarray, nodes: np.ndarray, local: np.ndarray) -> np.ndarray:
     """edge_index [2, E] (local ids: positions in `nodes`) of every stored edge among `nodes`, both
     directions. `local` is an int32 scratch array of one −1 per graph node, left as it was found."""
-    src, dst = _induced(indptr, indices, np.asarray(nodes, np.int64), local)
+    require_checked(indptr, indices)  # the compiled code trusts every row pointer and id, and these:
+    nodes = np.asarray(nodes, np.int64)
+    if local.shape != (len(indptr) - 1,) or (len(nodes) and (nodes.min() < 0 or nodes.max() >= len(local))):
+        raise ValueError(f"nodes must lie in 0..{len(indptr) - 2} and local hold one entry per graph node")
+    src, dst = _induced(indptr, indices, nodes, local)
     return np.stack([src, dst])
 
 

@@ -32,6 +32,7 @@ from tqdm import tqdm
 
 from gtscale.errors import UserError
 from gtscale.graphs import validate
+from gtscale.graphs.csr_check import check_csr, mark_checked
 from gtscale.graphs.csr_build import compact_rows, dedupe_rows, scatter_symmetric
 from gtscale.graphs.sources import GraphSource
 from gtscale.io import atomic_write_text, sha256_file
@@ -189,6 +190,11 @@ def load_manifest(path: str | Path) -> dict:
     return manifest
 
 
+#: (store folder, nodes, (inode, size, mtime) of indptr.npy and indices.npy) of the stores whose
+#: CSR this process has checked: the loaders reopen a store in every worker and for every split.
+_CSR_CHECKED: set[tuple] = set()
+
+
 @dataclass
 class GraphStore:
     """A built store, memory-mapped: opening reads no array data."""
@@ -228,7 +234,27 @@ class GraphStore:
 
         masks = {split: load(f"mask_{split}.npy") for split in manifest["masks"]}
         relations = load("relations.npy") if manifest["relations"] else None
-        return cls(path, manifest, load("indptr.npy"), load("indices.npy"), load("features.npy"), load("labels.npy"), masks, relations)
+        store = cls(path, manifest, load("indptr.npy"), load("indices.npy"), load("features.npy"), load("labels.npy"), masks, relations)
+        store._check()
+        return store
+
+    def _check(self) -> None:
+        """What the samplers' compiled kernels and the loaders' indexing rely on (csr_check.py), so
+        that a corrupt store is one line at open, never a segfault later. The CSR pass reads all
+        of indices.npy once; a process that reopens the same unchanged files skips it."""
+        n = self.num_nodes
+        rows = {"features.npy": self.features, "labels.npy": self.labels, **{f"mask_{s}.npy": m for s, m in self.masks.items()}}
+        for name, array in rows.items():
+            if array.ndim < 1 or array.shape[0] != n or (name == "labels.npy" and array.ndim != 1):
+                raise UserError(f"{self.path / name}: shape {list(array.shape)} does not match the store's {n} nodes (rebuild the store)")
+        if self.relations is not None and self.relations.shape != self.indices.shape:
+            raise UserError(f"{self.path / 'relations.npy'}: shape {list(self.relations.shape)}, indices.npy has {list(self.indices.shape)} (rebuild the store)")
+        identity = tuple((s.st_ino, s.st_size, s.st_mtime_ns) for s in ((self.path / f).stat() for f in ("indptr.npy", "indices.npy")))
+        key = (str(self.path.resolve()), n, identity)
+        if key not in _CSR_CHECKED:
+            check_csr(self.indptr, self.indices, n, self.path / "indptr.npy", self.path / "indices.npy")
+            _CSR_CHECKED.add(key)
+        mark_checked(self.indptr, self.indices)
 
     def verify(self) -> list[str]:
         """Files whose sha256 differs from the manifest's."""

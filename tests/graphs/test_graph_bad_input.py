@@ -96,3 +96,98 @@ def test_refuses_to_replace_a_folder_that_is_not_a_store(tmp_path, capsys):
     assert main(["graph", "build", "plain", "--input", str(good), "--out", str(tmp_path / "mine"), "--quiet"]) == 2
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
     shutil.rmtree(tmp_path / "mine")
+
+
+# --- corrupt stores: every command that samples one refuses it in one line, never segfaults ----------
+def _corrupt(file: str, change):
+    """Edit one array of a built store in place, keeping its size (so only the CSR check finds it)."""
+    def edit(store: Path):
+        array = np.load(store / file)
+        change(array, np.load(store / "indptr.npy"))
+        np.save(store / file, array)
+    return edit
+
+
+def _set_at(i: int, value):
+    def change(array, indptr):
+        array[i] = value
+    return change
+
+
+def _repeat_a_neighbour(indices, indptr):
+    row = int(np.argmax(np.diff(indptr) >= 2))
+    indices[indptr[row] + 1] = indices[indptr[row]]
+
+
+CORRUPT_STORES = {
+    # case: (edit, file named, fragment)
+    "index past the last node": (_corrupt("indices.npy", _set_at(5, 10**9)), "indices.npy", "node id 1000000000 outside 0..39"),
+    "negative index": (_corrupt("indices.npy", _set_at(3, -7)), "indices.npy", "node id -7 outside 0..39"),
+    "repeated neighbour": (_corrupt("indices.npy", _repeat_a_neighbour), "indices.npy", "not strictly increasing"),
+    "row pointer past the end": (_corrupt("indptr.npy", _set_at(10, 10**6)), "indptr.npy", "decreases at entry 11"),
+    "first row pointer not 0": (_corrupt("indptr.npy", _set_at(0, 1)), "indptr.npy", "entry 0 is 1"),
+    "last row pointer short": (_corrupt("indptr.npy", _set_at(-1, 3)), "indptr.npy", "last entry is 3"),
+}
+
+
+@pytest.fixture(scope="module")
+def built_store(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("corrupt")
+    plain = write_plain(root / "plain", random_edges(N, 150, seed=4), N)
+    assert main(["graph", "build", "plain", "--input", str(plain), "--out", str(root / "store"), "--quiet"]) == 0
+    return root / "store"
+
+
+def _ego_argv(store: Path, out: Path) -> list[str]:
+    return ["shard", "graph-ego", "--graph", str(store), "--out", str(out), "--no-progress", "--max-nodes", "16", "--fanouts", "8,8",
+            "--svd-rank", "0"]
+
+
+@pytest.mark.parametrize("case", sorted(CORRUPT_STORES))
+def test_corrupt_store_is_refused_at_open_before_any_kernel_runs(built_store, tmp_path, capsys, case):
+    edit, file_name, fragment = CORRUPT_STORES[case]
+    store = Path(shutil.copytree(built_store, tmp_path / "store"))
+    edit(store)
+    assert main(_ego_argv(store, tmp_path / "ego")) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"{store / file_name}:" in lines[0] and fragment in lines[0], lines
+    assert not (tmp_path / "ego").exists()
+
+
+def test_an_out_of_range_index_is_exit_2_not_a_segfault(built_store, tmp_path):
+    """In a child process: the old code's kernels read past the arrays and died with SIGSEGV (139),
+    leaving plan.json and a .tar.tmp behind."""
+    import subprocess
+    import sys
+
+    store = Path(shutil.copytree(built_store, tmp_path / "store"))
+    CORRUPT_STORES["index past the last node"][0](store)
+    result = subprocess.run([sys.executable, "-m", "gtscale.cli", *_ego_argv(store, tmp_path / "ego")], capture_output=True, text=True)
+    assert result.returncode == 2 and "indices.npy: row" in result.stderr, (result.returncode, result.stderr)
+    assert not (tmp_path / "ego").exists()
+
+
+def test_samplers_refuse_arrays_that_did_not_pass_the_check(built_store):
+    """The kernels' gate: arrays handed to the samplers directly (not through GraphStore.open) are
+    checked too. A repeated neighbour does not crash the old code; it silently miscounts."""
+    from gtscale.errors import UserError
+    from gtscale.graphs.sample import EgoSampler, induced_subgraph
+
+    store = GraphStore.open(built_store)
+    indptr, indices = np.array(store.indptr), np.array(store.indices)
+    _repeat_a_neighbour(indices, indptr)
+    with pytest.raises(UserError, match="not strictly increasing"):
+        EgoSampler(indptr, indices, (4,), 8)
+    with pytest.raises(UserError, match="not strictly increasing"):
+        induced_subgraph(indptr, indices, 0.5, 0)
+    EgoSampler(store.indptr, store.indices, (4,), 8).sample([0, 1])  # the store's own arrays pass
+
+
+def test_the_check_runs_once_per_process_for_unchanged_files(built_store, monkeypatch):
+    from gtscale.graphs import store as store_module
+
+    GraphStore.open(built_store)
+    calls = []
+    monkeypatch.setattr(store_module, "check_csr", lambda *a, **k: calls.append(a))
+    GraphStore.open(built_store)
+    assert calls == []
