@@ -48,3 +48,26 @@ def safe_torch_load(path: str | os.PathLike):
     with torch.serialization.safe_globals(numpy_safe_globals()), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch warns about pickle protocols; failures raise anyway
         return torch.load(path, map_location="cpu", weights_only=True)
+
+
+_TORCH_BOILERPLATE = ("Weights only load failed", "Please file an issue", "Check the documentation of torch.load")
+
+
+def load_failure_detail(err: BaseException) -> str:
+    """A torch.load failure in a few words for a one-line message: torch's messages run to
+    paragraphs of advice around one line that says what failed (an empty EOFError says nothing)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip() and not line.strip().startswith(_TORCH_BOILERPLATE)]
+    return f"{type(err).__name__}: {lines[0].split('. ')[0]}" if lines else type(err).__name__
+
+
+def refused_global(err: BaseException) -> str | None:
+    """The global (module.name) that torch's weights-only unpickler refused to load, if that is why
+    `err` was raised; None for any other failure (garbage bytes, truncation), which is not a
+    refusal: nothing in such a file asked to run code."""
+    import pickle
+    import re
+
+    if not isinstance(err, pickle.UnpicklingError):
+        return None
+    found = re.search(r"GLOBAL ([\w.]+)", str(err))
+    return found.group(1) if found else None

@@ -20,15 +20,30 @@ from pathlib import Path
 import torch
 
 from gtscale.errors import UserError
-from gtscale.io import safe_torch_load
+from gtscale.io import load_failure_detail, safe_torch_load
 
-#: Globals a tensor state dict needs; (module, name) → object. Storage classes are resolved by
-#: torch's own wrapper before our find_class is asked.
-_ALLOWED = {
-    ("torch._utils", "_rebuild_tensor_v2"): torch._utils._rebuild_tensor_v2,
-    ("torch._utils", "_rebuild_parameter"): torch._utils._rebuild_parameter,
-    ("collections", "OrderedDict"): collections.OrderedDict,
-}
+
+class _Refused(Exception):
+    """Raised from inside the restricted unpickler: the file asks for code where data must be."""
+
+
+def _plain_arguments(rebuild):
+    """`rebuild` refusing arguments that hold an Opaque stand-in: a tensor rebuilt from another
+    global (a payload nested in _rebuild_tensor_v2) is a refusal, named in one line, not whatever
+    torch says when given an object it did not expect (a TypeError of many lines)."""
+    def guarded(*args):
+        stack = list(args)
+        while stack:
+            arg = stack.pop()
+            if isinstance(arg, Opaque) or (isinstance(arg, type) and issubclass(arg, Opaque)):
+                raise _Refused(f"a tensor is rebuilt from {arg.qualname}")
+            if isinstance(arg, (tuple, list)):
+                stack.extend(arg)
+            elif isinstance(arg, dict):
+                stack.extend(arg.keys())
+                stack.extend(arg.values())
+        return rebuild(*args)
+    return guarded
 
 
 class Opaque:
@@ -57,6 +72,15 @@ def _opaque_class(module: str, name: str) -> type:
     return type(f"Opaque[{module}.{name}]", (Opaque,), {"qualname": f"{module}.{name}"})
 
 
+#: Globals a tensor state dict needs; (module, name) → object. Storage classes are resolved by
+#: torch's own wrapper before our find_class is asked.
+_ALLOWED = {
+    ("torch._utils", "_rebuild_tensor_v2"): _plain_arguments(torch._utils._rebuild_tensor_v2),
+    ("torch._utils", "_rebuild_parameter"): _plain_arguments(torch._utils._rebuild_parameter),
+    ("collections", "OrderedDict"): collections.OrderedDict,
+}
+
+
 class RestrictedUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
         return _ALLOWED.get((module, name)) or _opaque_class(module, name)
@@ -76,14 +100,16 @@ def load_foreign_checkpoint(path: str | Path):
         raise UserError(f"{path}: no such checkpoint file")
     try:
         return safe_torch_load(path)
-    except (pickle.UnpicklingError, RuntimeError, AttributeError, TypeError):
-        pass  # not a plain tensor file: read it with the restricted unpickler
+    except Exception:  # refused, empty, truncated, garbage: the restricted reader below gives the verdict
+        pass
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return torch.load(path, map_location="cpu", weights_only=False, pickle_module=_restricted_pickle_module())
-    except Exception as err:  # a corrupt or foreign file: any failure is an input problem
-        raise UserError(f"{path}: not a readable PyTorch checkpoint ({type(err).__name__}: {err})") from err
+    except _Refused as err:
+        raise UserError(f"{path}: refused: loading it would run code ({err})") from err
+    except Exception as err:  # a corrupt or foreign file (EOFError, IndexError, struct.error, …): an input problem
+        raise UserError(f"{path}: not a readable PyTorch checkpoint ({load_failure_detail(err)})") from err
 
 
 def opaque_fields(obj) -> dict:

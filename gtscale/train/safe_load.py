@@ -19,8 +19,6 @@ a run directory, which people share and pull from clusters, could then run anyth
 from __future__ import annotations
 
 import os
-import pickle
-import re
 import warnings
 import zipfile
 from contextlib import contextmanager
@@ -28,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from gtscale.io import numpy_safe_globals
+from gtscale.io import load_failure_detail, numpy_safe_globals, refused_global
 
 _FORCE, _FORCE_NO = "TORCH_FORCE_WEIGHTS_ONLY_LOAD", "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
 
@@ -67,15 +65,12 @@ def load_file(path: Path):
 
 
 def describe_failure(path: Path, err: BaseException) -> str:
-    """One line naming the file: refused (it would run code) or unreadable (corrupt, truncated)."""
-    text = str(err)
-    if isinstance(err, pickle.UnpicklingError) and ("Unsupported global" in text or "Weights only load failed" in text):
-        found = re.search(r"GLOBAL ([\w.]+)", text)
-        what = found.group(1) if found else "a class outside tensors and DeepSpeed's state"
+    """One line naming the file: refused (it names a class that would run code) or unreadable
+    (corrupt, truncated, or not a checkpoint at all: random bytes are not a refusal)."""
+    what = refused_global(err)
+    if what is not None:
         return f"{path}: refused: loading it would run code ({what} is not something a DeepSpeed checkpoint holds)"
-    # torch's messages run to paragraphs; their first sentence says what failed.
-    first = text.strip().splitlines()[0].split(". ")[0] if text.strip() else type(err).__name__
-    return f"{path}: corrupt or truncated checkpoint file ({first})"
+    return f"{path}: not a readable checkpoint: corrupt or truncated checkpoint file ({load_failure_detail(err)})"
 
 
 def check_file(path: Path) -> str | None:

@@ -95,3 +95,16 @@ def test_export_with_a_bad_best_json(zero2_run, tmp_path, capsys, best, fragment
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == 1 and str(run / "best.json") in err[0] and fragment in err[0], err
     assert not (run / "export").exists()
+
+
+def test_random_bytes_are_unreadable_not_refused(tmp_path):
+    """Garbage is not a refusal: nothing in it asked to run code (it used to read "refused")."""
+    import numpy as np
+
+    from gtscale.train.safe_load import check_file
+
+    (tmp_path / "mp_rank_00_model_states.pt").write_bytes(np.random.default_rng(0).bytes(4096))
+    problem = check_file(tmp_path / "mp_rank_00_model_states.pt")
+    assert "not a readable checkpoint" in problem and "refused" not in problem and "\n" not in problem, problem
+    (tmp_path / "empty.pt").write_bytes(b"")
+    assert "not a readable checkpoint" in check_file(tmp_path / "empty.pt")
