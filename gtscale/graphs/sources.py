@@ -120,9 +120,7 @@ def plain_source(folder: str | Path, edge_block: int = 1 << 22) -> GraphSource:
 
     def blocks():
         for start in range(0, len(edges), edge_block):
-            block = np.asarray(edges[start : start + edge_block])
-            if block.dtype == np.uint64:  # numpy's bincount refuses uint64; ids beyond int64 show as negative
-                block = block.view(np.int64)
+            block = np.asarray(edges[start : start + edge_block])  # uint64 too: checked as it is, then cast
             yield start, block[:, 0], block[:, 1], None
 
     files = {"edges": str(folder / "edges.npy"), "features": str(folder / "features.npy"), "labels": str(folder / "labels.npy")}

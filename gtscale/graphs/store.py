@@ -49,6 +49,7 @@ def _count_degrees(source: GraphSource, progress: bool) -> tuple[np.ndarray, dic
     counts = {"input_edges": 0, "self_loops_removed": 0}
     for start, src, dst, _ in tqdm(source.edge_blocks(), desc="count degrees", unit="block", disable=not progress):
         validate.check_edge_ids(src, dst, n, start, source.files.get("edges", "edges"))
+        src, dst = src.astype(np.int64, copy=False), dst.astype(np.int64, copy=False)  # uint64 ids: in range now, and bincount refuses them
         keep = src != dst
         counts["input_edges"] += len(src)
         counts["self_loops_removed"] += int(len(src) - keep.sum())

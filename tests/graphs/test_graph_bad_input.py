@@ -46,6 +46,8 @@ def _dgl_version(data):
 CASES = {
     # case: (make input, file named, fragment naming the first bad row / byte)
     "edge outside the node range": (lambda t: _plain(t, _set("edges.npy", (17, 1), N + 5)), "edges.npy", f"edge row 17: node id {N + 5} is outside 0..{N - 1}"),
+    "uint64 id beyond int64": (lambda t: _plain(t, _set("edges.npy", (17, 1), 2**63 + 5, np.uint64)), "edges.npy",
+                               f"edge row 17: node id {2**63 + 5} is outside 0..{N - 1}"),  # once reported as negative
     "negative node id": (lambda t: _plain(t, _set("edges.npy", (23, 0), -3)), "edges.npy", "edge row 23: node id -3 is negative"),
     "NaN feature": (lambda t: _plain(t, _set("features.npy", (11, 2), np.nan)), "features.npy", "feature row 11 holds NaN or inf"),
     "inf feature": (lambda t: _plain(t, _set("features.npy", (30, 0), np.inf)), "features.npy", "feature row 30 holds NaN or inf"),
