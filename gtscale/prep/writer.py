@@ -118,6 +118,9 @@ def build_shard(task: ShardTask, out_dir: Path, options: ShardOptions, run_finge
     graphs, kept, keys, rejects = [], [], [], []
     names = task.names if task.names is not None else [None] * len(task.smiles)
     for smiles, idx, y, name in zip(task.smiles, task.idx, task.targets, names):
+        if np.isinf(y).any():  # NaN marks a missing label; ±inf (also 1e39 read as float32) is no value a loss can use
+            rejects.append((int(idx), "target_not_finite"))
+            continue
         try:
             graph, key = featurize_smiles_keyed(smiles)
         except FeaturizeError as err:

@@ -4,6 +4,7 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 
 from gtscale.cli import main
 from gtscale.format import schema
@@ -169,3 +170,29 @@ def test_drop_duplicates_keeps_the_training_copy(tmp_path, capsys):
     rejects = (out / "rejects.tsv").read_text().splitlines()[1:]
     assert sorted(rejects) == ["2\ttest\tduplicate_of:0", "3\ttest\tduplicate_of:0", "4\tvalid\tduplicate_of:5"]
     assert "warning" not in capsys.readouterr().err
+
+
+def test_infinite_targets_are_rejected_per_molecule_and_counted(tmp_path):
+    """inf (and 1e39, inf as float32) once reached training and crashed its first evaluation; NaN
+    stays what it means: a missing label."""
+    out = tmp_path / "out"
+    text = "smiles,id,split,y\nCCO,a,train,1\nCCN,b,train,inf\nCCC,c,train,-1e39\nCCCC,d,train,\nCCCO,e,test,2\n"
+    assert shard(*csv_args(write_csv(tmp_path, text), out)) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["splits"]["train"]["rejected"] == {"target_not_finite": 2}
+    assert manifest["splits"]["train"]["samples"] == 2  # a and d (d's label missing)
+    rejects = sorted((out / "rejects.tsv").read_text().splitlines()[1:])
+    assert rejects == ["1\ttrain\ttarget_not_finite", "2\ttrain\ttarget_not_finite"]
+    ys = [np.asarray(r[schema.Y]) for shard_path in sorted((out / "train").glob("*.tar")) for _, r in iter_shard(shard_path)]
+    assert all(not np.isinf(y).any() for y in ys) and len(ys) == 2
+
+
+def test_a_target_column_without_a_finite_value_is_refused(tmp_path, capsys):
+    """Once it trained silently on nothing (loss 0.0)."""
+    path = write_csv(tmp_path, "smiles,id,split,y,z\nCCO,a,train,1,\nCCN,b,test,2,inf\n")
+    args = ["smiles-csv", "--input", str(path), "--id-column", "id", "--split-column", "split", "--target-columns", "y,z",
+            "--out", str(tmp_path / "out")]
+    assert shard(*args) == 2
+    line = one_error_line(capsys)
+    assert "mols.csv: target column 'z' has no finite value" in line, line
+    assert not (tmp_path / "out").exists()

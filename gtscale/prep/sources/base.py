@@ -25,7 +25,9 @@ class MoleculeTable:
     """A molecular dataset as read from disk.
 
     smiles[r], idx[r] and targets[r] describe row r; splits map a split name to row numbers.
-    Targets are float32 with NaN where a label is missing (MolPCBA, unlabelled test splits)."""
+    Targets are float32 with NaN where a label is missing (MolPCBA, unlabelled test splits); a
+    molecule with an infinite target is rejected when sharded (target_not_finite), and a column
+    with no finite value at all is refused here: it would train on nothing (loss 0.0)."""
 
     name: str
     smiles: list[str]
@@ -44,6 +46,11 @@ class MoleculeTable:
         for split, members in self.splits.items():
             if len(members) and (members.min() < 0 or members.max() >= rows):
                 raise UserError(f"{self.name}: split {split!r} names rows outside 0..{rows - 1}")
+        if rows:
+            empty = np.flatnonzero(~np.isfinite(self.targets).any(axis=0))
+            if len(empty):
+                where = self.source_files[0] if self.source_files else self.name
+                raise UserError(f"{where}: target column {self.target_names[empty[0]]!r} has no finite value in {rows} rows")
 
 
 def require_file(path: Path) -> Path:

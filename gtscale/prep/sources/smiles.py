@@ -66,7 +66,8 @@ def read_smiles_table(
     else:
         splits = seeded_split(len(frame), seed)
     try:
-        targets = frame[target_columns].to_numpy(dtype=np.float32) if target_columns else np.zeros((len(frame), 0), np.float32)
+        with np.errstate(over="ignore"):  # beyond float32 becomes inf, which the sharder rejects as target_not_finite
+            targets = frame[target_columns].to_numpy(dtype=np.float32) if target_columns else np.zeros((len(frame), 0), np.float32)
     except ValueError as err:
         raise UserError(f"{path}: target columns must be numeric ({err})") from err
     idx, names = _ids(frame, id_column, path)
