@@ -1,7 +1,10 @@
 """microsoft/Graphormer (fairseq) checkpoints → gtscale's Graphormer.
 
 The checkpoint is fairseq's: the weights under ["model"], the options under ["args"] (an argparse
-Namespace, read as inert data). Keys `encoder.graph_encoder.*` hold the encoder, `encoder.*` the
+Namespace, read as inert data) in fairseq ≤ 0.10, or, in the hydra-based fairseq that Graphormer
+pins, `"args": None` and the options under ["cfg"]["model"] (the same Namespace, or a dict).
+Options that change the function (activation_fn, edge_type, the hop count) must be ones gtscale
+computes; any other value is an error naming the option, never a silent default. Keys `encoder.graph_encoder.*` hold the encoder, `encoder.*` the
 output head. Conventions converted here (graphormer/data/wrapper.py, collator.py,
 modules/graphormer_layers.py):
 
@@ -36,6 +39,8 @@ NUM_ATOM_COLUMNS, NUM_BOND_COLUMNS = 9, 3
 #: Options the weights do not determine: fairseq argument name → gtscale field, graphormer_base's value.
 OPTIONS = {"multi_hop_max_dist": ("multi_hop_max_dist", 5), "dropout": ("dropout", 0.0),
            "attention_dropout": ("attention_dropout", 0.1), "act_dropout": ("activation_dropout", 0.1)}
+#: Options with the one value gtscale's Graphormer computes (absent: the authors' default, the same).
+FIXED = {"activation_fn": "gelu", "edge_type": "multi_hop"}
 
 
 def shifted_table(table: torch.Tensor, offset: int) -> torch.Tensor:
@@ -46,10 +51,33 @@ def shifted_table(table: torch.Tensor, offset: int) -> torch.Tensor:
     return out
 
 
+def fairseq_options(checkpoint: dict, where: str) -> dict:
+    """The training options: ["args"] when set (fairseq itself prefers it), else ["cfg"]["model"]."""
+    if checkpoint.get("args") is not None:
+        return _fields(checkpoint["args"], "args", where)
+    cfg = checkpoint.get("cfg")
+    if cfg is None:
+        return {}
+    if not isinstance(cfg, dict) or cfg.get("model") is None:
+        raise UserError(f"{where}: 'cfg' holds no 'model' options that gtscale can read (a {_kind(cfg)})")
+    return _fields(cfg["model"], "cfg.model", where)
+
+
+def _fields(obj, key: str, where: str) -> dict:
+    fields = obj if isinstance(obj, dict) else opaque_fields(obj)
+    if not fields and obj:
+        raise UserError(f"{where}: {key} is a {_kind(obj)}; gtscale reads options from an argparse Namespace or a dict")
+    return fields
+
+
+def _kind(obj) -> str:
+    return getattr(obj, "qualname", type(obj).__name__)
+
+
 def fairseq_state(checkpoint, where: str) -> tuple[dict, dict]:
     """(weights, options) of a fairseq checkpoint; a bare state dict is accepted with no options."""
     if isinstance(checkpoint, dict) and isinstance(checkpoint.get("model"), dict):
-        return checkpoint["model"], opaque_fields(checkpoint.get("args"))
+        return checkpoint["model"], fairseq_options(checkpoint, where)
     if isinstance(checkpoint, dict) and any(isinstance(k, str) and k.startswith(ENC) for k in checkpoint):
         return checkpoint, {}
     raise UserError(f"{where}: not a fairseq Graphormer checkpoint (no 'model' entry with {ENC}* weights)")
@@ -70,9 +98,9 @@ def model_config(state: dict, options: dict, where: str) -> dict:
         layers += 1
     if layers == 0:
         raise UserError(f"{where}: missing key {ENC}layers.0.fc1.weight")
-    activation = options.get("activation_fn", "gelu")
-    if activation != "gelu":
-        raise UserError(f"{where}: activation_fn {activation!r}; gtscale's Graphormer uses gelu")
+    for option, value in FIXED.items():
+        if options.get(option, value) != value:
+            raise UserError(f"{where}: {option} {options[option]!r}; gtscale's Graphormer computes only {option}={value!r}")
     cfg = {
         "name": "graphormer",
         "num_layers": layers,
@@ -91,7 +119,9 @@ def model_config(state: dict, options: dict, where: str) -> dict:
     }
     for option, (field, default) in OPTIONS.items():
         value = options.get(option, default)
-        cfg[field] = value if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or (option == "multi_hop_max_dist" and not isinstance(value, int)):
+            raise UserError(f"{where}: option {option}={value!r} is not a number gtscale can use")
+        cfg[field] = value
     num_outputs = shape_of(state, "encoder.embed_out.weight", where)[0]
     cfg["head"] = {"kind": "graph", "num_outputs": num_outputs, "form": "graphormer", "activation": "gelu"}
     return cfg

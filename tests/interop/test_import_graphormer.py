@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from gtscale.cli import main
+from gtscale.errors import UserError
 from gtscale.format.schema import FEATURE_SHIFT, SPD_UNREACHABLE
 from gtscale.interop.graphormer import import_graphormer
 from helpers import load_export, outputs, randomised
@@ -28,8 +29,12 @@ RELEASED = {**TINY, "post_ln": True, "embedding_ln": True, "final_ln": False,
 PRE_LN = {**RELEASED, "post_ln": False}
 
 
-def fairseq_checkpoint(module, cfg: dict) -> dict:
-    """A fairseq checkpoint of `module`'s weights, in the authors' layout and conventions."""
+def fairseq_checkpoint(module, cfg: dict, layout: str = "args", **options) -> dict:
+    """A fairseq checkpoint of `module`'s weights, in the authors' layout and conventions; `options`
+    replace the saved training options. layout "args": fairseq ≤ 0.10 (an argparse Namespace under
+    "args"); "cfg": the hydra-based fairseq Graphormer pins ("args": None, the Namespace under
+    cfg["model"], as convert_namespace_to_omegaconf leaves a legacy model's options); "cfg-dict":
+    cfg["model"] a plain dict (a dataclass-configured model after OmegaConf.to_container)."""
     sd = {k: v.clone() for k, v in module.state_dict().items()}
     d = cfg["hidden_dim"]
     gen = torch.Generator().manual_seed(1)
@@ -76,9 +81,14 @@ def fairseq_checkpoint(module, cfg: dict) -> dict:
     out["encoder.layer_norm.bias"] = sd["head.mlp.norm.bias"]
     out["encoder.embed_out.weight"] = sd["head.mlp.out.weight"]
     out["encoder.lm_output_learned_bias"] = sd["head.mlp.bias"]
-    args = argparse.Namespace(multi_hop_max_dist=cfg["multi_hop_max_dist"], dropout=0.0, attention_dropout=0.1,
-                              act_dropout=0.1, activation_fn="gelu", pre_layernorm=not cfg["post_ln"], arch="graphormer_base")
-    return {"args": args, "model": out, "optimizer_history": [{"num_updates": 7}], "extra_state": {"epoch": 2}}
+    args = argparse.Namespace(**{"multi_hop_max_dist": cfg["multi_hop_max_dist"], "dropout": 0.0, "attention_dropout": 0.1,
+                                 "act_dropout": 0.1, "activation_fn": "gelu", "pre_layernorm": not cfg["post_ln"],
+                                 "arch": "graphormer_base", "edge_type": "multi_hop", **options})
+    rest = {"model": out, "optimizer_history": [{"num_updates": 7}], "extra_state": {"epoch": 2}}
+    if layout == "args":
+        return {"args": args, **rest}
+    model_options = vars(args) | {"_name": args.arch} if layout == "cfg-dict" else args
+    return {"args": None, "cfg": {"common": {"seed": 1}, "model": model_options, "task": argparse.Namespace(**vars(args))}, **rest}
 
 
 @pytest.mark.parametrize("cfg", [RELEASED, PRE_LN], ids=["post-ln-released", "pre-ln"])
@@ -257,3 +267,38 @@ def test_imported_model_computes_the_authors_function(tmp_path):
             ours = imported.head(imported.backbone(single))
             theirs = fairseq_graphormer(ckpt["model"], cfg, single)
         torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+
+
+WIDE_HOPS = {**RELEASED, "num_edge_dis": 24}
+SAVED = {"multi_hop_max_dist": 20, "attention_dropout": 0.05, "act_dropout": 0.2, "dropout": 0.15}
+
+
+@pytest.mark.parametrize("layout", ["args", "cfg", "cfg-dict"])
+def test_options_are_read_from_either_fairseq_layout(layout, tmp_path):
+    """The cfg layout's options were once ignored: exported with 5 / 0.1 / 0.1 without a word."""
+    torch.save(fairseq_checkpoint(randomised(WIDE_HOPS), WIDE_HOPS, layout, **SAVED), tmp_path / "ckpt.pt")
+    assert main(["import-checkpoint", "--format", "graphormer", str(tmp_path / "ckpt.pt"), str(tmp_path / "out")]) == 0
+    got = load_export(tmp_path / "out").backbone.cfg
+    assert (got.multi_hop_max_dist, got.attention_dropout, got.activation_dropout, got.dropout) == (20, 0.05, 0.2, 0.15)
+
+
+@pytest.mark.parametrize("layout", ["args", "cfg", "cfg-dict"])
+@pytest.mark.parametrize("option,value,fragment", [
+    ("activation_fn", "relu", "activation_fn 'relu'"),  # once accepted in the cfg layout
+    ("edge_type", "simple", "edge_type 'simple'"),
+    ("multi_hop_max_dist", "20", "multi_hop_max_dist='20'"),  # once replaced by 5 without a word
+    ("attention_dropout", None, "attention_dropout=None"),
+])
+def test_an_option_the_export_cannot_honour_is_named(layout, option, value, fragment, tmp_path, capsys):
+    torch.save(fairseq_checkpoint(randomised(RELEASED), RELEASED, layout, **{option: value}), tmp_path / "ckpt.pt")
+    assert main(["import-checkpoint", "--format", "graphormer", str(tmp_path / "ckpt.pt"), str(tmp_path / "out")]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "ckpt.pt" in lines[0] and fragment in lines[0], lines
+    assert not (tmp_path / "out").exists()
+
+
+def test_unreadable_cfg_options_are_an_error_not_defaults():
+    ckpt = fairseq_checkpoint(randomised(RELEASED), RELEASED, "cfg")
+    ckpt["cfg"]["model"] = "graphormer_base"
+    with pytest.raises(UserError, match="cfg.model is a str"):
+        import_graphormer(ckpt, "ckpt.pt")
