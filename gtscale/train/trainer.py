@@ -76,7 +76,7 @@ from gtscale.train.stop_signals import StopSignals
 from gtscale.train.node_task import evaluate_nodes, features_baseline, labelled_targets, node_task_loss, resolve_anomaly_weight, target_scores
 from gtscale.train.task_model import build_task_model, is_node_task, load_backbone, loader_keys
 from gtscale.train.tasks import evaluate, predictions, task_loss
-from gtscale.train.throughput import StepResult, ThroughputWindow
+from gtscale.train.throughput import StepResult, ThroughputWindow, progress_rate, real_nodes
 
 #: Exit status after checkpointing on SIGTERM / SIGUSR1: "stopped for preemption, requeue me".
 #: (75 is EX_TEMPFAIL of sysexits.h: a temporary failure, try again.) slurm/ scripts requeue on it.
@@ -298,9 +298,9 @@ class Trainer:
         if not any_nonfinite:
             for batch in micro:
                 self._count_targets(batch)
-        graphs = sum(b.num_graphs for b in micro)
+        graphs, nodes = sum(b.num_graphs for b in micro), sum(real_nodes(b) for b in micro)
         real_pairs, padded_pairs = (sum(sizes) for sizes in zip(*(_attention_pairs(b) for b in micro)))
-        return StepResult(flags[1], graphs, real_pairs, padded_pairs, time.perf_counter() - start, int(any_nonfinite), stop or any_missing)
+        return StepResult(flags[1], graphs, nodes, real_pairs, padded_pairs, time.perf_counter() - start, int(any_nonfinite), stop or any_missing)
 
     def _loss(self, batch: Batch, scores: torch.Tensor) -> torch.Tensor:
         """The batch's mean loss over its labelled targets (graphs, or target nodes)."""
@@ -451,7 +451,7 @@ class Trainer:
         loss, lr = float(result.loss), self.scheduler.get_last_lr()[0]  # the loss leaves the device here
         values = {"loss": loss, "lr": lr, "epoch": self.train_loader.epoch, "nonfinite_skipped": window.skipped} | window.rates(self.world_size)
         self.log.metrics(self.step, "train", values)
-        self.log.progress(0, loss=loss, lr=lr, graphs_per_s=values["graphs_per_s"])
+        self.log.progress(0, loss=loss, lr=lr, **progress_rate(values, self.node_task))
 
     def _evaluate_and_save(self, stop: bool, final: bool, evaluate_now: bool = False) -> bool:
         """Evaluate every eval.every steps, checkpoint every checkpoint.every steps, on a new best
