@@ -19,7 +19,7 @@ from typing import Callable
 
 import pytest
 
-from bad_files import copy_run, model_states, optim_states, plant_code, replace_shard, truncate
+from bad_files import copy_run, legacy_cut, model_states, nested_rebuild, optim_states, plant_code, replace_shard, truncate
 from gtscale.cli import main
 
 sys.path.insert(0, str(Path(__file__).parent / "train"))
@@ -125,6 +125,44 @@ def best_json(text: str):
     return lambda ckpts: (ckpts.parent / "best.json").write_text(text)
 
 
+def corrupt_graph_store(tmp: Path, inputs: Inputs):
+    """`gtscale train` on a graph store whose indices.npy holds an id past the last node (same size,
+    so only the open-time CSR check finds it; the samplers' kernels once segfaulted on it)."""
+    import numpy as np
+
+    store = tmp / "store"
+    assert main(["graph", "build", "synthetic", "--nodes", "60", "--edges", "200", "--out", str(store), "--quiet"]) == 0
+    indices = np.load(store / "indices.npy")
+    indices[7] = 10**6
+    np.save(store / "indices.npy", indices)
+    return train_config(data={"shards": None, "graph": {"store": str(store)}})(tmp, inputs)
+
+
+def foreign_checkpoint(make: Callable[[Path, Path], object], fmt: str = "graphormer"):
+    """`gtscale import-checkpoint` of the file make(path, marker) writes."""
+    def prepare(tmp: Path, inputs: Inputs):
+        (tmp / "in").mkdir()
+        make(tmp / "in" / "ckpt.pt", tmp / "marker")
+        return ["import-checkpoint", "--format", fmt, str(tmp / "in" / "ckpt.pt"), str(tmp / "out")], tmp
+    return prepare
+
+
+def fairseq_cfg_layout(path: Path, marker: Path):
+    """The hydra-based fairseq's layout ("args": None, options under cfg["model"]) with an option
+    gtscale cannot honour: it was accepted there and refused only in the old layout."""
+    import torch
+
+    torch.save({"args": None, "cfg": {"model": {"activation_fn": "relu", "multi_hop_max_dist": 20}},
+                "model": {"encoder.graph_encoder.layers.0.fc1.weight": torch.zeros(4, 4)}}, path)
+
+
+def random_bytes(path: Path) -> Path:
+    import numpy as np
+
+    path.write_bytes(np.random.default_rng(0).bytes(4096))  # no GLOBAL opcode in it: not a refusal
+    return path
+
+
 CASES = [
     # sharder input
     Case("shard-out-is-a-file", out_is_a_file, "needs a folder here, but this is a file"),
@@ -133,6 +171,9 @@ CASES = [
     Case("shard-duplicate-molecules", csv_input("smiles,id,split,y\nCCO,a,train,1\nOCC,b,test,2\n"), "1 records repeat an earlier molecule",
          code=0, changes=("out/",)),
     Case("shard-empty-smiles-cell", csv_input("smiles,id,split,y\nCCO,a,train,1\n,b,train,2\n"), "(1 rejected", code=0, changes=EVERYTHING),
+    Case("shard-infinite-target", csv_input("smiles,id,split,y\nCCO,a,train,1\nCCN,b,train,inf\n"), "(1 rejected", code=0, changes=EVERYTHING),
+    Case("shard-target-column-without-a-finite-value", csv_input("smiles,id,split,y\nCCO,a,train,\nCCN,b,test,\n"),
+         "mols.csv: target column 'y' has no finite value"),
     Case("shard-rerun-with-another-plan", rerun_with_bigger_shards, "of an earlier plan that the new manifest does not list", code=0, changes=EVERYTHING),
     # shard folders
     Case("inspect-verify-bad-npy-header", inspect_bad_npy("npy_header"), "FAIL", code=1),
@@ -143,6 +184,8 @@ CASES = [
     Case("export-crafted-optim-states", run_with(crafted(optim_states), "--tag", "latest"), "refused: loading it would run code"),
     Case("export-malformed-best-json", run_with(best_json("{oops")), "best.json: malformed"),
     Case("export-best-json-missing-tag", run_with(best_json('{"tag": "step-00000099"}')), "names checkpoint 'step-00000099'"),
+    Case("export-random-bytes-model-states", run_with(lambda c: random_bytes(model_states(c / TAGS[-1])), "--tag", "latest"),
+         "not a readable checkpoint"),
     Case("export-truncated-optim-states", run_with(lambda c: truncate(optim_states(c / TAGS[-1])), "--tag", "latest"), "corrupt or truncated checkpoint file"),
     # training configs (refused before any process group starts)
     Case("train-negative-lr", train_config(optimizer={"lr": -1.0}), "optimizer.lr"),
@@ -154,6 +197,14 @@ CASES = [
     Case("train-shards-and-graph", train_config(data={"graph": {"store": "graphs/x"}}), "set exactly one of data.shards"),
     Case("train-graph-fraction", train_config(data={"shards": None, "graph": {"store": "graphs/x", "fraction": 1.5}}), "data.graph.fraction"),
     Case("train-graph-not-a-store", train_config(data={"shards": None, "graph": {"store": "/nonexistent/store"}}), "not a finished graph store"),
+    Case("train-graph-corrupt-store", corrupt_graph_store, "indices.npy: row"),
+    # foreign checkpoints: import-checkpoint
+    Case("import-empty-file", foreign_checkpoint(lambda p, m: p.write_bytes(b"")), "ckpt.pt: not a readable PyTorch checkpoint (EOFError"),
+    Case("import-legacy-cut-short", foreign_checkpoint(lambda p, m: legacy_cut(p, 200)), "ckpt.pt: not a readable PyTorch checkpoint"),
+    Case("import-legacy-cut-in-a-length", foreign_checkpoint(lambda p, m: legacy_cut(p, 19)), "ckpt.pt: not a readable PyTorch checkpoint"),
+    Case("import-payload-nested-in-a-tensor", foreign_checkpoint(nested_rebuild),
+         "refused: loading it would run code (a tensor is rebuilt from posix.system)"),
+    Case("import-fairseq-cfg-layout-relu", foreign_checkpoint(fairseq_cfg_layout), "activation_fn 'relu'"),
     # checkpoints: --resume (a real rank)
     Case("resume-crafted-model-states", run_with(crafted(model_states), resume=TAGS[-1]), "refused: loading it would run code", launcher=True),
     Case("resume-crafted-optim-states", run_with(crafted(optim_states), resume=TAGS[-1]), "refused: loading it would run code", launcher=True),

@@ -89,7 +89,22 @@ def _per_column(rows: int, columns: int, key: str, where: str) -> list[int]:
     return [(rows - 1) // columns] * columns
 
 
+def model_options(options: dict, where: str) -> dict:
+    """gtscale fields of the options the weights do not determine; refuses what it cannot honour."""
+    for option, value in FIXED.items():
+        if options.get(option, value) != value:
+            raise UserError(f"{where}: {option} {options[option]!r}; gtscale's Graphormer computes only {option}={value!r}")
+    fields = {}
+    for option, (field, default) in OPTIONS.items():
+        value = options.get(option, default)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or (option == "multi_hop_max_dist" and not isinstance(value, int)):
+            raise UserError(f"{where}: option {option}={value!r} is not a number gtscale can use")
+        fields[field] = value
+    return fields
+
+
 def model_config(state: dict, options: dict, where: str) -> dict:
+    fields = model_options(options, where)
     atom_rows, width = shape_of(state, ENC + "graph_node_feature.atom_encoder.weight", where)
     heads = shape_of(state, ENC + "graph_attn_bias.spatial_pos_encoder.weight", where)[1]
     edge_rows = shape_of(state, ENC + "graph_attn_bias.edge_encoder.weight", where)[0]
@@ -98,9 +113,6 @@ def model_config(state: dict, options: dict, where: str) -> dict:
         layers += 1
     if layers == 0:
         raise UserError(f"{where}: missing key {ENC}layers.0.fc1.weight")
-    for option, value in FIXED.items():
-        if options.get(option, value) != value:
-            raise UserError(f"{where}: {option} {options[option]!r}; gtscale's Graphormer computes only {option}={value!r}")
     cfg = {
         "name": "graphormer",
         "num_layers": layers,
@@ -116,12 +128,8 @@ def model_config(state: dict, options: dict, where: str) -> dict:
         "post_ln": ENC + "final_layer_norm.weight" not in state,
         "embedding_ln": ENC + "emb_layer_norm.weight" in state,
         "final_ln": False,
+        **fields,
     }
-    for option, (field, default) in OPTIONS.items():
-        value = options.get(option, default)
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or (option == "multi_hop_max_dist" and not isinstance(value, int)):
-            raise UserError(f"{where}: option {option}={value!r} is not a number gtscale can use")
-        cfg[field] = value
     num_outputs = shape_of(state, "encoder.embed_out.weight", where)[0]
     cfg["head"] = {"kind": "graph", "num_outputs": num_outputs, "form": "graphormer", "activation": "gelu"}
     return cfg
