@@ -4,9 +4,9 @@ The checkpoint is fairseq's: the weights under ["model"], the options under ["ar
 Namespace, read as inert data) in fairseq ≤ 0.10, or, in the hydra-based fairseq that Graphormer
 pins, `"args": None` and the options under ["cfg"]["model"] (the same Namespace, or a dict).
 Options that change the function (activation_fn, edge_type, the hop count) must be ones gtscale
-computes; any other value is an error naming the option, never a silent default. Keys `encoder.graph_encoder.*` hold the encoder, `encoder.*` the
-output head. Conventions converted here (graphormer/data/wrapper.py, collator.py,
-modules/graphormer_layers.py):
+computes; any other value is an error naming the option, never a silent default. Keys
+`encoder.graph_encoder.*` hold the encoder, `encoder.*` the output head. Conventions converted
+here (graphormer/data/wrapper.py, collator.py, modules/graphormer_layers.py):
 
 - atoms: convert_to_single_emb adds 1 + 512·c and the collator 1 more, so raw value v of column c
   reads row v + 2 + 512c of `atom_encoder`; gtscale reads row v + 1 + 512c (embeddings.py), so
