@@ -65,6 +65,22 @@ def test_split_dict_holding_code_is_refused(tmp_path):
     assert "pwned" not in result.stdout
 
 
+@pytest.mark.parametrize("keep", [0, 19, 200])
+def test_split_dict_cut_short_is_unreadable_not_refused(tmp_path, keep, capsys):
+    """A legacy torch file cut short: EOFError, struct.error and IndexError escaped as tracebacks,
+    and what was caught read "refused … would run code"."""
+    import torch
+
+    root = write_pcqm4mv2(tmp_path / "raw", count=20)
+    path = root / "pcqm4m-v2" / "split_dict.pt"
+    torch.save({"train": torch.arange(5)}, path, _use_new_zipfile_serialization=False)
+    path.write_bytes(path.read_bytes()[:keep])
+    assert main(["shard", "pcqm4mv2", "--root", str(root), "--out", str(tmp_path / "o")]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "split_dict.pt: not a readable torch file" in err[0] and "refused" not in err[0], err
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.parametrize("option", [["--workers", "0"], ["--part", "2", "--num-parts", "2"], ["--shard-size", "0"], ["--svd-rank", "-1"]])
 def test_bad_options(tmp_path, option, capsys):
     assert main(["shard", "nci-tpsa", "--out", str(tmp_path / "o"), *option]) == 2

@@ -11,7 +11,6 @@ with smiles2graph, so featurizing them reproduces OGB's graphs.
 
 from __future__ import annotations
 
-import pickle
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +18,7 @@ import torch
 
 from gtscale.prep.sources.base import MoleculeTable, read_csv, require_columns, require_file, text_column
 from gtscale.errors import UserError
-from gtscale.io import safe_torch_load
+from gtscale.io import load_failure_detail, refused_global, safe_torch_load
 
 PCQM4MV2_SPLITS = ("train", "valid", "test-dev", "test-challenge")
 
@@ -33,10 +32,11 @@ def load_split_dict(path: Path) -> dict[str, np.ndarray]:
     require_file(path)
     try:
         raw = safe_torch_load(path)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError) as err:
-        raise UserError(
-            f"{path}: refused: not a plain dict of index arrays (it is corrupt, or loading it would run code)"
-        ) from err
+    except Exception as err:  # refused, or unreadable: empty, cut short (EOFError, IndexError, struct.error), garbage
+        what = refused_global(err)
+        if what is not None:
+            raise UserError(f"{path}: refused: loading it would run code ({what} is not a plain index array)") from err
+        raise UserError(f"{path}: not a readable torch file, corrupt or truncated ({load_failure_detail(err)})") from err
     if not isinstance(raw, dict):
         raise UserError(f"{path}: expected a dict of split name → indices, got {type(raw).__name__}")
     return {str(k): np.asarray(torch.as_tensor(v).numpy() if isinstance(v, torch.Tensor) else v, dtype=np.int64) for k, v in raw.items()}
