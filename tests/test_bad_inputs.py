@@ -19,7 +19,8 @@ from typing import Callable
 
 import pytest
 
-from bad_files import copy_run, legacy_cut, model_states, nested_rebuild, optim_states, plant_code, replace_shard, truncate
+from bad_files import (copy_run, legacy_cut, model_states, nested_rebuild, optim_states, plant_code, plant_nested, replace_shard,
+                       truncate)
 from gtscale.cli import main
 
 sys.path.insert(0, str(Path(__file__).parent / "train"))
@@ -184,6 +185,8 @@ CASES = [
     Case("export-crafted-optim-states", run_with(crafted(optim_states), "--tag", "latest"), "refused: loading it would run code"),
     Case("export-malformed-best-json", run_with(best_json("{oops")), "best.json: malformed"),
     Case("export-best-json-missing-tag", run_with(best_json('{"tag": "step-00000099"}')), "names checkpoint 'step-00000099'"),
+    Case("export-payload-nested-in-a-tensor", run_with(lambda c: plant_nested(model_states(c / TAGS[-1]), c.parent.parent / "marker"), "--tag", "latest"),
+         "refused: loading it would run code (posix.system"),
     Case("export-random-bytes-model-states", run_with(lambda c: random_bytes(model_states(c / TAGS[-1])), "--tag", "latest"),
          "not a readable checkpoint"),
     Case("export-truncated-optim-states", run_with(lambda c: truncate(optim_states(c / TAGS[-1])), "--tag", "latest"), "corrupt or truncated checkpoint file"),
