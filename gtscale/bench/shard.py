@@ -40,7 +40,7 @@ from gtscale.prep.sources.bundled import NCI_SMILES, WEHI
 from gtscale.prep.structure import StructureOptions, structure_many
 from gtscale.io import atomic_write_text
 from gtscale.format.tario import ShardWriter, sample_key
-from gtscale.prep.writer import ShardOptions, ShardTask, build_shard
+from gtscale.prep.writer import MoleculeTask, ShardOptions, build_shard
 
 PCQM4MV2_MOLECULES = 3_746_620
 
@@ -167,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
     options = ShardOptions(structure=StructureOptions(), shard_size=len(smiles))
     structures = structure_many([(g[schema.EDGE_INDEX], len(g[schema.X])) for g in graphs], options.structure)
     records = [{**g, **st, schema.Y: np.zeros(1, np.float32), schema.META: {"idx": i, "num_nodes": len(g[schema.X])}} for i, (g, st) in enumerate(zip(graphs, structures))]
-    task = ShardTask("bench", 0, 0, smiles, np.arange(len(smiles)), np.zeros((len(smiles), 1), np.float32))
+    task = MoleculeTask("bench", 0, 0, smiles, np.arange(len(smiles)), np.zeros((len(smiles), 1), np.float32))
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)

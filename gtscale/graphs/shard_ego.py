@@ -4,32 +4,31 @@ A record (schema v2) is the target's ego subgraph (gtscale.graphs.sample: target
 its continuous features `x_float`, `edge_index`, the molecular structure keys (spd, pred, degrees,
 SVD/Laplacian encodings, from gtscale.prep.structure), `node_id` (global ids), `target_nodes` [0]
 and `target_y` [label of the target]; meta.idx is the target's global id. Shards are cut from the
-sorted target list of each split (shard k: targets [k·S, (k+1)·S)) and written like the molecular
-shards: tar via gtscale.format.tario, parts/<shard>.json after it, plan.json first and
-manifest.json assembled by gtscale.format.manifest.merge_parts — so a rerun keeps the verified
-shards of the same fingerprint and `gtscale inspect --verify` checks them.
+sorted target list of each split (shard k: targets [k·S, (k+1)·S)) and written by the driver of
+the molecular shards (gtscale.prep.driver: plan.json, tars, parts, then manifest.json by
+gtscale.format.manifest.merge_parts) — so a rerun keeps the verified shards of the same
+fingerprint and `gtscale inspect --verify` checks them.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
-import multiprocessing as mp
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
-from gtscale import __version__
 from gtscale.format import schema
-from gtscale.format.manifest import PARTS_DIR, PLAN_FILE, merge_parts
-from gtscale.format.tario import ShardWriter, sample_key
+from gtscale.format.manifest import merge_parts
 from gtscale.graphs.sample import EgoSampler, EgoSubgraph, ego_structures
 from gtscale.graphs.store import MANIFEST, GraphStore
-from gtscale.io import atomic_write_text, sha256_file
+from gtscale.io import sha256_file
+from gtscale.prep import driver
+from gtscale.prep.driver import ShardRecords, ShardTask
 from gtscale.prep.structure import StructureOptions
-from gtscale.prep.writer import is_complete
 
 
 @dataclass(frozen=True)
@@ -41,28 +40,17 @@ class EgoShardOptions:
     shard_size: int = 10_000
 
 
-@dataclass
-class EgoTask:
-    split: str
-    number: int
-    ordinal: int
-    targets: np.ndarray
+@dataclass(eq=False)
+class EgoTask(ShardTask):
+    """A shard of ego subgraphs: `rows` are its target node ids (int64)."""
 
     @property
-    def name(self) -> str:
-        return f"{self.split}-{self.number:06d}"
-
-    @property
-    def relpath(self) -> str:
-        return f"{self.split}/{self.name}.tar"
+    def targets(self) -> np.ndarray:
+        return self.rows
 
 
 def plan_tasks(splits: dict[str, np.ndarray], shard_size: int) -> list[EgoTask]:
-    tasks = []
-    for split, targets in splits.items():
-        for number, start in enumerate(range(0, len(targets), shard_size)):
-            tasks.append(EgoTask(split, number, len(tasks), np.asarray(targets[start : start + shard_size], np.int64)))
-    return tasks
+    return driver.plan_tasks(splits, shard_size, lambda split, number, ordinal, chunk: EgoTask(split, number, ordinal, np.asarray(chunk, np.int64)))
 
 
 def ego_records(store: GraphStore, sampler: EgoSampler, targets: np.ndarray, options: EgoShardOptions) -> list[dict]:
@@ -96,27 +84,12 @@ def subgraph_records(store: GraphStore, subgraphs: list[EgoSubgraph], options: E
     return records
 
 
-def build_shard(task: EgoTask, store_path: Path, out_dir: Path, options: EgoShardOptions, run_fingerprint: str) -> dict:
+def store_records(task: EgoTask, store_path: Path, options: EgoShardOptions) -> ShardRecords:
+    """The records of a task's targets, sampled and structured 512 at a time as they are written."""
     store = GraphStore.open(store_path)
     sampler = EgoSampler(store.indptr, store.indices, options.fanouts, options.max_nodes, options.seed)
-    with ShardWriter(out_dir / task.relpath) as writer:
-        max_nodes = 0
-        for start in range(0, len(task.targets), 512):
-            for record in ego_records(store, sampler, task.targets[start : start + 512], options):
-                writer.write(sample_key(record[schema.META]["idx"]), record)
-                max_nodes = max(max_nodes, record[schema.META]["num_nodes"])
-        stats = writer.close()
-    part = {"fingerprint": run_fingerprint, "split": task.split, "number": task.number, "path": task.relpath, **stats,
-            "max_nodes": max_nodes, "rejected": {}, "rejects": []}
-    atomic_write_text(out_dir / PARTS_DIR / f"{task.name}.json", json.dumps(part, sort_keys=True))
-    return part
-
-
-def _run(payload) -> tuple[int, dict]:
-    from threadpoolctl import threadpool_limits
-
-    threadpool_limits(1)  # one BLAS thread per worker
-    return len(payload[0].targets), build_shard(*payload)
+    batches = (ego_records(store, sampler, task.targets[start : start + 512], options) for start in range(0, len(task.targets), 512))
+    return ShardRecords(itertools.chain.from_iterable(batches))
 
 
 def _label_counts(labels: np.ndarray, targets: np.ndarray) -> dict[str, int]:
@@ -133,11 +106,7 @@ def shard_graph_ego(store_path: Path, splits: dict[str, np.ndarray], split_rule:
     run_fingerprint = hashlib.sha256(json.dumps({"schema": schema.SCHEMA_VERSION, "graph": graph_sha, "split": split_rule,
                                                  "options": asdict(options)}, sort_keys=True).encode()).hexdigest()
     tasks = plan_tasks(splits, options.shard_size)
-    (out_dir / PARTS_DIR).mkdir(parents=True, exist_ok=True)
-    plan = {
-        "fingerprint": run_fingerprint,
-        "created_by": f"gtscale {__version__}",
-        "schema_version": schema.SCHEMA_VERSION,
+    fields = {
         "dataset": store.manifest["dataset"],
         "sources": [{"path": str(Path(store_path) / MANIFEST), "sha256": graph_sha, "bytes": (Path(store_path) / MANIFEST).stat().st_size}],
         "transform": {**asdict(options.structure), "fanouts": list(options.fanouts), "max_nodes": options.max_nodes,
@@ -145,18 +114,8 @@ def shard_graph_ego(store_path: Path, splits: dict[str, np.ndarray], split_rule:
         "task": {"type": "node_binary_classification", "num_targets": 1, "target_names": ["anomalous"],
                  "label_counts": {split: _label_counts(store.labels, t) for split, t in splits.items()}},  # ω of the weighted BCE
         "features": {"node_float": store.manifest["num_features"]},
-        "splits": {split: {"rows": int(len(t)), "shards": [k.name for k in tasks if k.split == split]} for split, t in splits.items()},
     }
-    atomic_write_text(out_dir / PLAN_FILE, json.dumps(plan, indent=1, sort_keys=True))
-    pending = [t for t in tasks if not is_complete(t, out_dir, run_fingerprint)]
-    payloads = [(t, Path(store_path), out_dir, options, run_fingerprint) for t in pending]
-    bar = tqdm(total=sum(len(t.targets) for t in pending), unit="ego", desc=f"shard graph-ego {plan['dataset']}", disable=not progress)
-    pool = mp.get_context("fork").Pool(workers) if workers > 1 and len(payloads) > 1 else None
-    try:
-        for count, _ in (pool.imap_unordered(_run, payloads) if pool else map(_run, payloads)):
-            bar.update(count)
-    finally:
-        bar.close()
-        if pool:
-            pool.terminate()
+    driver.write_plan(out_dir, run_fingerprint, tasks, {split: len(t) for split, t in splits.items()}, fields)
+    driver.run_tasks(tasks, partial(store_records, store_path=Path(store_path), options=options), out_dir, run_fingerprint, workers,
+                     progress=progress, desc=f"shard graph-ego {fields['dataset']}", unit="ego")
     return merge_parts(out_dir)

@@ -1,13 +1,9 @@
 """Parallel, resumable, deterministic conversion of a `MoleculeTable` into WebDataset shards.
 
-The work is cut into shard tasks fixed by the data alone: split s, shard k holds rows
-[k·S, (k+1)·S) of that split's row list (S = --shard-size), so the bytes of every shard are the
-same whatever the worker count, the part of a multi-machine run, or how often it was interrupted.
-
-Each finished shard leaves two things, in this order: the tar (written as .tmp, then renamed) and
-`parts/<split>-<k>.json` (its sample count, bytes, sha256 and rejects). A rerun keeps a shard
-whose part file matches the run's fingerprint and whose tar still has that size and sha256, and
-redoes the rest. The manifest is assembled from the part files once all of them exist.
+What is molecular is here: the plan of a MoleculeTable's rows, the fingerprint (code, options,
+sources), the records of a molecule (featurize → structure) and --drop-duplicates. Planning,
+skipping verified shards, the worker pool, tars and part files are gtscale.prep.driver's, shared
+with the ego-subgraph shards of a graph store.
 """
 
 from __future__ import annotations
@@ -20,22 +16,22 @@ import multiprocessing as mp
 import tempfile
 import tokenize
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import rdkit
-from tqdm import tqdm
 
-from gtscale import __version__
 from gtscale.errors import UserError
 from gtscale.format import schema
 from gtscale.prep import featurize, floyd_warshall, structure
 from gtscale.prep.featurize import FeaturizeError, featurize_smiles_keyed, molecule_key, parse_smiles
 from gtscale.prep.sources.base import MoleculeTable
 from gtscale.prep.structure import StructureOptions, structure_many
-from gtscale.format.manifest import PARTS_DIR, PLAN_FILE, dedup_order
-from gtscale.io import atomic_write_text, sha256_file
-from gtscale.format.tario import ShardWriter, sample_key
+from gtscale.format.manifest import PARTS_DIR, dedup_order
+from gtscale.io import sha256_file
+from gtscale.prep import driver
+from gtscale.prep.driver import ShardRecords, ShardTask, init_worker, write_shard
 
 
 @dataclass(frozen=True)
@@ -46,35 +42,25 @@ class ShardOptions:
     drop_duplicates: bool = False  # keep only the first copy of a molecule (manifest.dedup_order)
 
 
-@dataclass
-class ShardTask:
-    split: str
-    number: int  # shard number within the split
-    ordinal: int  # position in the whole plan; part i of P takes ordinal % P == i
-    smiles: list[str]
-    idx: np.ndarray
-    targets: np.ndarray
+@dataclass(eq=False)
+class MoleculeTask(ShardTask):
+    """A shard of molecules: `rows` are its SMILES, with their idx, targets and (text ids) names."""
+
+    idx: np.ndarray = None
+    targets: np.ndarray = None
     names: list[str] | None = None
 
     @property
-    def name(self) -> str:
-        return f"{self.split}-{self.number:06d}"
-
-    @property
-    def relpath(self) -> str:
-        return f"{self.split}/{self.name}.tar"
+    def smiles(self) -> list[str]:
+        return self.rows
 
 
-def plan_tasks(table: MoleculeTable, shard_size: int) -> list[ShardTask]:
-    tasks = []
-    for split, rows in table.splits.items():
-        for number, start in enumerate(range(0, len(rows), shard_size)):
-            chunk = rows[start : start + shard_size]
-            names = [table.names[r] for r in chunk] if table.names is not None else None
-            tasks.append(
-                ShardTask(split, number, len(tasks), [table.smiles[r] for r in chunk], table.idx[chunk], table.targets[chunk], names)
-            )
-    return tasks
+def plan_tasks(table: MoleculeTable, shard_size: int) -> list[MoleculeTask]:
+    def task(split: str, number: int, ordinal: int, chunk: np.ndarray) -> MoleculeTask:
+        names = [table.names[r] for r in chunk] if table.names is not None else None
+        return MoleculeTask(split, number, ordinal, [table.smiles[r] for r in chunk], table.idx[chunk], table.targets[chunk], names)
+
+    return driver.plan_tasks(table.splits, shard_size, task)
 
 
 #: The modules whose code decides the values in a record (SCHEMA_VERSION covers the layout).
@@ -113,8 +99,8 @@ def fingerprint(table: MoleculeTable, options: ShardOptions, source_checksums: d
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def build_shard(task: ShardTask, out_dir: Path, options: ShardOptions, run_fingerprint: str) -> dict:
-    """Featurize, compute structure and write one shard; return (and save) its part record."""
+def molecule_records(task: MoleculeTask, options: ShardOptions) -> ShardRecords:
+    """Featurize a task's molecules and compute their structure; the rejected ones with their reason."""
     graphs, kept, keys, rejects = [], [], [], []
     names = task.names if task.names is not None else [None] * len(task.smiles)
     for smiles, idx, y, name in zip(task.smiles, task.idx, task.targets, names):
@@ -141,56 +127,15 @@ def build_shard(task: ShardTask, out_dir: Path, options: ShardOptions, run_finge
         kept.append(int(idx))
         keys.append(key)
     structures = structure_many([(g[schema.EDGE_INDEX], len(g[schema.X])) for g in graphs], options.structure)
-    with ShardWriter(out_dir / task.relpath) as writer:
-        for idx, graph, extra in zip(kept, graphs, structures):
-            graph.update(extra)
-            writer.write(sample_key(idx), graph)
-        stats = writer.close()
-    reasons: dict[str, int] = {}
-    for _, reason in rejects:
-        reasons[reason] = reasons.get(reason, 0) + 1
-    part = {
-        "fingerprint": run_fingerprint,
-        "split": task.split,
-        "number": task.number,
-        "path": task.relpath,
-        **stats,
-        "max_nodes": max((len(g[schema.X]) for g in graphs), default=0),
-        "rejected": dict(sorted(reasons.items())),
-        "rejects": rejects,
-        "keys": [[idx, key] for idx, key in zip(kept, keys)],  # molecule keys, for counting duplicates at merge
-    }
-    atomic_write_text(out_dir / PARTS_DIR / f"{task.name}.json", json.dumps(part, sort_keys=True))
-    return part
+    for graph, extra in zip(graphs, structures):
+        graph.update(extra)
+    # molecule keys, for counting duplicates at merge
+    return ShardRecords(graphs, rejects, {"keys": [[idx, key] for idx, key in zip(kept, keys)]})
 
 
-def is_complete(task: ShardTask, out_dir: Path, run_fingerprint: str) -> bool:
-    """A shard is kept when its part file belongs to this run and the tar verifies against it."""
-    part_path = out_dir / PARTS_DIR / f"{task.name}.json"
-    shard_path = out_dir / task.relpath
-    if not part_path.is_file() or not shard_path.is_file():
-        return False
-    try:
-        part = json.loads(part_path.read_text())
-    except json.JSONDecodeError:
-        return False
-    return (
-        part.get("fingerprint") == run_fingerprint
-        and shard_path.stat().st_size == part.get("bytes")
-        and sha256_file(shard_path) == part.get("sha256")
-    )
-
-
-def _init_worker() -> None:
-    # One BLAS thread per worker: the workers already use every core.
-    from threadpoolctl import threadpool_limits
-
-    threadpool_limits(1)
-
-
-def _run_task(payload: tuple[ShardTask, Path, ShardOptions, str]) -> tuple[int, dict]:
-    task = payload[0]
-    return len(task.smiles), build_shard(*payload)
+def build_shard(task: MoleculeTask, out_dir: Path, options: ShardOptions, run_fingerprint: str) -> dict:
+    """Featurize, compute structure and write one shard; return (and save) its part record."""
+    return write_shard(task, partial(molecule_records, options=options), out_dir, run_fingerprint)
 
 
 def _key_or_none(smiles: str) -> str | None:
@@ -207,7 +152,7 @@ def drop_duplicate_rows(table: MoleculeTable, workers: int) -> tuple[MoleculeTab
     loses the molecules that training sees. Needs every molecule's key before any shard is planned:
     one extra parse per molecule (in `workers` processes), paid only with --drop-duplicates."""
     if workers > 1:
-        with mp.get_context("fork").Pool(workers, initializer=_init_worker) as pool:
+        with mp.get_context("fork").Pool(workers, initializer=init_worker) as pool:
             keys = pool.map(_key_or_none, table.smiles, chunksize=2000)
     else:
         keys = [_key_or_none(s) for s in table.smiles]
@@ -227,29 +172,16 @@ def drop_duplicate_rows(table: MoleculeTable, workers: int) -> tuple[MoleculeTab
     return replace(table, splits={s: splits[s] for s in table.splits}), dropped
 
 
-def write_plan(
-    table: MoleculeTable,
-    tasks: list[ShardTask],
-    out_dir: Path,
-    options: ShardOptions,
-    run_fingerprint: str,
-    checksums: dict[str, str],
-    dropped: dict[str, list[list[int]]],
-) -> dict:
-    plan = {
-        "fingerprint": run_fingerprint,
-        "created_by": f"gtscale {__version__}",
-        "schema_version": schema.SCHEMA_VERSION,
+def plan_fields(table: MoleculeTable, options: ShardOptions, checksums: dict[str, str], dropped: dict[str, list[list[int]]]) -> dict:
+    """What plan.json says of a molecule dataset (the driver adds fingerprint, version and splits)."""
+    return {
         "dataset": table.name,
         "sources": [{"path": str(p), "sha256": checksums[str(p)], "bytes": p.stat().st_size} for p in table.source_files],
         "transform": {**asdict(options.structure), "max_nodes": options.max_nodes, "shard_size": options.shard_size, "drop_duplicates": options.drop_duplicates},
         "task": {"type": table.task_type, "num_targets": len(table.target_names), "target_names": table.target_names},
         "features": {"node": list(schema.ATOM_FEATURE_DIMS), "edge": list(schema.BOND_FEATURE_DIMS)},
-        "splits": {split: {"rows": int(len(rows)), "shards": [t.name for t in tasks if t.split == split]} for split, rows in table.splits.items()},
         "dropped_duplicates": dropped,
     }
-    atomic_write_text(out_dir / PLAN_FILE, json.dumps(plan, indent=1, sort_keys=True))
-    return plan
 
 
 def check_out_dir(out_dir: Path, subdirs: list[str]) -> None:
@@ -286,32 +218,9 @@ def shard_table(
     check_out_dir(out_dir, [PARTS_DIR, *table.splits])
     kept, dropped = drop_duplicate_rows(table, workers) if options.drop_duplicates else (table, {})
     tasks = plan_tasks(kept, options.shard_size)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / PARTS_DIR).mkdir(exist_ok=True)
-    write_plan(table, tasks, out_dir, options, run_fingerprint, checksums, dropped)
-    mine = [t for t in tasks if t.ordinal % num_parts == part]
-    pending = [t for t in mine if not is_complete(t, out_dir, run_fingerprint)]
-    done = [json.loads((out_dir / PARTS_DIR / f"{t.name}.json").read_text()) for t in mine if t not in pending]
-    bar = tqdm(
-        total=sum(len(t.smiles) for t in pending),
-        unit="mol",
-        desc=f"shard {table.name}" + (f" part {part}/{num_parts}" if num_parts > 1 else ""),
-        disable=not progress,
-        smoothing=0.1,
+    rows = {split: len(r) for split, r in table.splits.items()}
+    driver.write_plan(out_dir, run_fingerprint, tasks, rows, plan_fields(table, options, checksums, dropped))
+    return driver.run_tasks(
+        tasks, partial(molecule_records, options=options), out_dir, run_fingerprint, workers, part, num_parts, progress,
+        desc=f"shard {table.name}" + (f" part {part}/{num_parts}" if num_parts > 1 else ""), unit="mol",
     )
-    payloads = [(t, out_dir, options, run_fingerprint) for t in pending]
-    if workers <= 1:
-        _init_worker()
-        results = map(_run_task, payloads)
-    else:
-        pool = mp.get_context("fork").Pool(workers, initializer=_init_worker)
-        results = pool.imap_unordered(_run_task, payloads)
-    try:
-        for molecules, record in results:
-            done.append(record)
-            bar.update(molecules)
-    finally:
-        bar.close()
-        if workers > 1:
-            pool.terminate()
-    return done
