@@ -46,7 +46,7 @@ def _model_fields(cfg: dict) -> set[str]:
 
 def run(args: argparse.Namespace) -> int:
     from gtscale.interop.egt import import_egt
-    from gtscale.interop.export import write_export
+    from gtscale.models.export import check_fits, write_export
     from gtscale.interop.graphormer import import_graphormer
     from gtscale.interop.unpickle import load_foreign_checkpoint
 
@@ -55,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
     state, cfg = importer(checkpoint, args.path)
     cfg = apply_overrides(cfg, args.set)
     out = Path(args.out)
+    check_fits(state, cfg, str(args.path))
     write_export(out, state, cfg, {"source": str(args.path), "format": args.format, "overrides": list(args.set)})
     print(f"wrote {out / 'model.pt'} and {out / 'model.yaml'} ({len(state)} tensors, {cfg['name']} with {cfg['num_layers']} layers)")
     return 0

@@ -25,7 +25,8 @@ import yaml
 
 from gtscale.config import from_dict
 from gtscale.errors import UserError
-from gtscale.io import atomic_write_text, safe_torch_load
+from gtscale.io import atomic_write_text
+from gtscale.models.export import MODEL_FILE, read_weights
 from gtscale.train.config import RUN_RECORD_KEYS, TrainConfig
 
 
@@ -95,10 +96,10 @@ def evaluate_run(run_dir: Path, split: str = "test", tag: str = "best") -> dict:
     out = export(run_dir, tag, run_dir / "export" / tag)
     node_task = is_node_task(manifest)
     model, model_cfg = build_task_model(cfg, int(manifest["task"]["num_targets"]), manifest)
-    missing, unexpected = model.load_state_dict(safe_torch_load(out / "model.pt"), strict=False)
+    missing, unexpected = model.load_state_dict(read_weights(out / MODEL_FILE), strict=False)
     missing = [k for k in missing if not k.startswith("distance_head.")]  # not exported: training only
     if missing or unexpected:
-        raise UserError(f"{out / 'model.pt'}: does not fit the run's model ({(missing or unexpected)[0]})")
+        raise UserError(f"{out / MODEL_FILE}: does not fit the run's model ({(missing or unexpected)[0]})")
     model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
     keys, path_dist = loader_keys(model.backbone, model_cfg, node_task)
     idx, y_pred, y_true = predict_split(model, cfg, manifest, split, keys, path_dist, node_task)

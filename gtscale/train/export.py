@@ -2,8 +2,8 @@
 
 DeepSpeed's own ZeRO consolidation (`get_fp32_state_dict_from_zero_checkpoint`) gathers the
 partitions. Its torch.load calls run weights-only (safe_load), after every file of the tag has
-been checked by name, so a crafted checkpoint is refused, never run. The result holds tensors only,
-so `torch.load(path, weights_only=True)` reads it.
+been checked by name, so a crafted checkpoint is refused, never run. The result is a gtscale
+export (gtscale.models.export: model.pt of tensors only, model.yaml, export.json).
 """
 
 from __future__ import annotations
@@ -12,11 +12,10 @@ import argparse
 import json
 from pathlib import Path
 
-import torch
 import yaml
 
 from gtscale.errors import UserError
-from gtscale.io import atomic_write_text
+from gtscale.models.export import write_export
 from gtscale.train import checkpoint, safe_load
 
 
@@ -65,16 +64,10 @@ def export(run_dir: Path, tag: str, out: Path) -> Path:
     else:  # ZeRO 0: the full fp32 module is in the model-states file
         state = safe_load.load_file(folder / "mp_rank_00_model_states.pt")["module"]
     # The auxiliary distance head only shapes training; the export is the backbone and task head.
-    state = {k: v.detach().float().contiguous().clone() for k, v in state.items() if not k.startswith("distance_head.")}
+    state = {k: v for k, v in state.items() if not k.startswith("distance_head.")}
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = out / "model.pt.tmp"
-    torch.save(state, tmp)
-    tmp.replace(out / "model.pt")
-    model_cfg = dict(config["model_resolved"])
-    atomic_write_text(out / "model.yaml", yaml.safe_dump({**model_cfg, "head": config_head(config)}, sort_keys=False))
-    atomic_write_text(out / "export.json", json.dumps({"run_dir": str(run_dir), "tag": tag, "parameters": sum(v.numel() for v in state.values())}))
-    return out
+    model_cfg = {**config["model_resolved"], "head": config_head(config)}
+    return write_export(out, state, model_cfg, {"run_dir": str(run_dir), "tag": tag})
 
 
 def config_head(config: dict) -> dict:

@@ -3,31 +3,27 @@ initialised from an export (pretrain → fine-tune) and told which Batch fields 
 
 from __future__ import annotations
 
-import pickle
-
 import torch
 from torch import nn
 
 from gtscale.config import from_dict, to_dict
 from gtscale.errors import UserError
 from gtscale.format import schema
-from gtscale.io import safe_torch_load
 from gtscale.loader.batch import Batch
 from gtscale.models.config import HeadConfig
+from gtscale.models.export import ExportedModel, read_weights
 from gtscale.models.heads import head_input_dim
 from gtscale.train.config import NODE_TASK, TrainConfig, resolve_model_config
 
 
-class GraphTaskModel(nn.Module):
+class GraphTaskModel(ExportedModel):
     """Backbone + task head (+ EGT's distance-prediction head) as one module, so DeepSpeed wraps
-    (and ZeRO partitions) them all.
+    (and ZeRO partitions) them all. Without the distance head, its state dict is an export's.
 
     forward returns (task scores, the weighted auxiliary loss or None)."""
 
     def __init__(self, backbone: nn.Module, head: nn.Module, distance_head: nn.Module | None = None):
-        super().__init__()
-        self.backbone = backbone
-        self.head = head
+        super().__init__(backbone, head)
         self.distance_head = distance_head
 
     def forward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -100,9 +96,9 @@ def load_backbone(model: GraphTaskModel, path: str) -> int:
     model lacks, or one of another shape is a UserError naming the key (and both shapes).
     The file is read with weights_only=True: tensors only, nothing in it can run code."""
     try:
-        state = safe_torch_load(path)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as err:
-        raise UserError(f"init_from: {path} is not a weights-only model file (write it with `gtscale export`)") from err
+        state = read_weights(path)
+    except UserError as err:
+        raise UserError(f"init_from: {err}") from err
     backbone = {k.removeprefix("backbone."): v for k, v in state.items() if k.startswith("backbone.")}
     own = model.backbone.state_dict()
     for key, value in backbone.items():

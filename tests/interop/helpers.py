@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from gtscale.interop.export import build_exported
+from gtscale.models.export import build_exported
 
 
 def randomised(model_cfg: dict, seed: int = 0) -> torch.nn.Module:

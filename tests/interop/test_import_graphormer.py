@@ -150,7 +150,7 @@ def test_spatial_rows_are_hops_plus_one_and_unreachable_is_510_plus_one(batch):
     model[ENC + "graph_attn_bias.spatial_pos_encoder.weight"][:] = torch.arange(512).float()[:, None]
     model[ENC + "graph_attn_bias.edge_encoder.weight"][:] = 0  # no edge term in the bias
     state, new_cfg = import_graphormer(ckpt, "test")
-    from gtscale.interop.export import check_fits
+    from gtscale.models.export import check_fits
 
     imported = check_fits(state, new_cfg, "test").backbone
     bias = imported.attention_bias(batch, torch.float32)[:, 0, 1:, 1:]
