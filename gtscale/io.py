@@ -1,14 +1,22 @@
-"""File helpers every part of gtscale shares: atomic writes, checksums, safe torch loading."""
+"""File helpers every part of gtscale shares: atomic writes, checksums, safe torch loading, and
+the rule of which output folders gtscale may write into."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import json
 import os
+import shutil
 import threading
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable, Iterable, Iterator, Mapping
 
 import numpy as np
+
+from gtscale.errors import UserError
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
@@ -16,11 +24,15 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     path = Path(path)
     # A name of its own per writer: parts of a split run write the same plan.json at once.
     tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk, say: leave no half-written temporary behind
+        raise
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
@@ -71,3 +83,95 @@ def refused_global(err: BaseException) -> str | None:
         return None
     found = re.search(r"GLOBAL ([\w.]+)", str(err))
     return found.group(1) if found else None
+
+
+#: marker file name → test of its parsed JSON object: does it say gtscale wrote the folder?
+Markers = Mapping[str, Callable[[dict], bool]]
+
+
+def _read_marker(path: Path, is_ours: Callable[[dict], bool]) -> bool:
+    try:
+        content = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(content, dict) and bool(is_ours(content))
+
+
+def _has_marker(folder: Path, markers: Markers) -> bool:
+    return any(_read_marker(folder / name, test) for name, test in markers.items() if (folder / name).is_file())
+
+
+def _is_marker_temporary(name: str, markers: Markers) -> bool:
+    """atomic_write_text's temporary of a marker (<marker>.<pid>.<thread>.tmp): what a concurrent
+    part of the same run leaves for an instant while it writes plan.json."""
+    return name.endswith(".tmp") and any(name.startswith(f"{marker}.") for marker in markers)
+
+
+def claim_out_dir(out: str | os.PathLike, markers: Markers, inputs: Iterable[str | os.PathLike | None] = (), option: str = "--out",
+                  nested: bool = False) -> Path:
+    """Check, before anything is written, that gtscale may write (and replace files) in folder `out`.
+
+    The one rule of every command that writes a folder: `out` may be new, empty, or a folder that
+    gtscale itself wrote, recognised by one of `markers` (a graph store's graph.json, a shard
+    folder's plan.json or manifest.json with gtscale's fingerprint, an export's export.json).
+    Anything else in it might be a user's, and what a rerun replaces or removes would be lost: so
+    it is refused, as is an `out` equal to or inside one of `inputs` (the command's own input).
+    With `nested`, a folder holding only such folders is gtscale's too (`gtscale evaluate` writes
+    RUN/export/<tag>/ exports, and `gtscale export` then writes RUN/export itself).
+    Returns `out` as a Path; raises UserError naming the folder otherwise."""
+    out = Path(out)
+    for source in inputs:
+        if source is None:
+            continue
+        source = Path(source).resolve()
+        if out.resolve() == source or source in out.resolve().parents:
+            raise UserError(f"{out}: {option} is {'the input' if out.resolve() == source else 'inside the input'} {source}; write to a folder outside it")
+    if not out.exists():
+        return out
+    if not out.is_dir():
+        raise UserError(f"{out}: {option} needs a folder here, but this is a file")
+    if _has_marker(out, markers):
+        return out
+    entries = [p for p in out.iterdir() if not _is_marker_temporary(p.name, markers) and not (nested and p.is_dir() and _has_marker(p, markers))]
+    if not entries:
+        return out
+    names = " or ".join(markers)
+    found = ", ".join(sorted(p.name for p in entries)[:3]) + (", …" if len(entries) > 3 else "")
+    raise UserError(f"{out}: {option} holds files gtscale did not write ({found}; no gtscale {names}); "
+                    "choose a new or empty folder")
+
+
+def claim_out_file(path: str | os.PathLike, is_ours: Callable[[dict], bool], option: str) -> Path:
+    """The same rule for a command that writes one JSON file: replace only a file gtscale wrote."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{path}: {option} needs a file here, but this is a folder")
+    if path.exists() and not _read_marker(path, is_ours):
+        raise UserError(f"{path}: {option} would replace a file gtscale did not write; choose a new file name")
+    return path
+
+
+@contextmanager
+def disk_full_is_user_error(path: str | os.PathLike) -> Iterator[None]:
+    """Turn a full disk (or quota) while writing `path` into one line naming it and the free space.
+
+    The writer inside must already remove what it left half-written (ShardWriter, atomic_write_text)."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise UserError(f"{path}: no space left on the device ({free_space(path)} free there); free some space or choose another folder") from None
+
+
+def free_space(path: str | os.PathLike) -> str:
+    """The free space of the file system holding `path` (or its nearest existing parent), readable."""
+    folder = Path(path)
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if free < 1024 or unit == "GiB":
+            return f"{free} bytes" if unit == "bytes" else f"{free:.1f} {unit}"
+        free /= 1024
+    return ""

@@ -45,6 +45,7 @@ class Case:
     code: int = 2
     launcher: bool = False  # `gtscale train`: run as one real rank
     changes: tuple[str, ...] = ()  # path prefixes (in the watched folder) the command may add, change or remove
+    cleanup: Callable[[Path], object] | None = None  # undoes what prepare set up outside files (a mount), given its folder
 
 
 # --- preparing inputs -------------------------------------------------------------------------
@@ -64,9 +65,12 @@ def out_is_a_file(tmp: Path, inputs: Inputs):
 
 
 def parts_unwritable(tmp: Path, inputs: Inputs):
-    (tmp / "out").mkdir()
+    """gtscale's own shard folder (a rerun may write there) whose parts/ became unwritable."""
+    argv, _ = csv_input("smiles,id,split,y\nCCO,a,train,1\n")(tmp, inputs)
+    assert main(argv) == 0
+    shutil.rmtree(tmp / "out" / "parts")
     (tmp / "out" / "parts").symlink_to("/sys/kernel", target_is_directory=True)  # root ignores chmod
-    return ["shard", "nci-tpsa", "--out", str(tmp / "out"), "--no-progress"], tmp
+    return [*argv, "--shard-size", "7"], tmp
 
 
 def rerun_with_bigger_shards(tmp: Path, inputs: Inputs):
@@ -76,6 +80,90 @@ def rerun_with_bigger_shards(tmp: Path, inputs: Inputs):
 
 
 EVERYTHING = ("",)
+
+
+# --- output folders gtscale did not write (gtscale.io.claim_out_dir) ---------------------------
+def out_holding(*files: str, argv_of=lambda tmp, out: csv_input("smiles,id,split,y\nCCO,a,train,1\n")(tmp, None)[0]):
+    """An --out folder already holding `files` (user's, not gtscale's); the command of `argv_of`."""
+    def prepare(tmp: Path, inputs: Inputs):
+        out = tmp / "out"
+        for name in files:
+            (out / name).parent.mkdir(parents=True, exist_ok=True)
+            (out / name).write_text('{"mine": 1}')
+        return argv_of(tmp, out), tmp
+    return prepare
+
+
+def small_store(tmp: Path) -> Path:
+    assert main(["graph", "build", "synthetic", "--nodes", "60", "--edges", "200", "--out", str(tmp / "store"), "--quiet"]) == 0
+    return tmp / "store"
+
+
+def ego_out_inside_store(tmp: Path, inputs: Inputs):
+    store = small_store(tmp)
+    return ["shard", "graph-ego", "--graph", str(store), "--out", str(store / "shards"), "--no-progress"], tmp
+
+
+def graph_out_is_input(tmp: Path, inputs: Inputs):
+    import numpy as np
+
+    (tmp / "plain").mkdir()
+    np.save(tmp / "plain" / "edges.npy", np.array([[0, 1], [1, 2]], np.int64))
+    return ["graph", "build", "plain", "--input", str(tmp / "plain"), "--out", str(tmp / "plain"), "--quiet"], tmp
+
+
+def export_to(out_of: Callable[[Path, Path], Path]):
+    """`gtscale export` of a copy of the shared run into out_of(tmp, run), which holds a user's file."""
+    def prepare(tmp: Path, inputs: Inputs):
+        run = copy_run(inputs.run, tmp / "run")
+        out = out_of(tmp, run)
+        out.mkdir(exist_ok=True)
+        (out / "notes.txt").write_text("mine")
+        return ["export", str(run), "--tag", "latest", "--out", str(out)], tmp
+    return prepare
+
+
+def import_into_foreign(tmp: Path, inputs: Inputs):
+    (tmp / "ckpt.pt").write_bytes(b"never read")
+    (tmp / "out").mkdir()
+    (tmp / "out" / "results.csv").write_text("mine")
+    return ["import-checkpoint", "--format", "graphormer", str(tmp / "ckpt.pt"), str(tmp / "out")], tmp
+
+
+def bench_json_over(tmp: Path, inputs: Inputs):
+    (tmp / "figures.json").write_text('{"mine": 1}')
+    return ["bench", "shard", "--limit", "10", "--rounds", "1", "--json", str(tmp / "figures.json")], tmp
+
+
+def manifest_listing(where: str):
+    """A copy of the shared shards whose manifest lists its first train shard at `where` (moved there)."""
+    def prepare(tmp: Path, inputs: Inputs):
+        import json
+
+        shards = shards_copy(tmp, inputs)
+        manifest = json.loads((shards / "manifest.json").read_text())
+        shard = manifest["splits"]["train"]["shards"][0]
+        path = where.replace("ABS", str(tmp))
+        shutil.move(shards / shard["path"], shards / path)
+        shard["path"] = path
+        (shards / "manifest.json").write_text(json.dumps(manifest))
+        return ["inspect", str(shards), "--verify"], tmp
+    return prepare
+
+
+def shard_onto_full_disk(tmp: Path, inputs: Inputs):
+    import subprocess
+
+    (tmp / "small").mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(tmp / "small")], capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    return ["shard", "nci-tpsa", "--out", str(tmp / "small" / "out"), "--shard-size", "400", "--lap-k", "0", "--svd-rank", "0", "--no-progress"], tmp
+
+
+def unmount_small(tmp: Path) -> None:
+    import subprocess
+
+    subprocess.run(["umount", str(tmp / "small")], check=True)
 def shards_copy(tmp: Path, inputs: Inputs) -> Path:
     return Path(shutil.copytree(inputs.shards, tmp / "shards"))
 
@@ -176,10 +264,27 @@ CASES = [
     Case("shard-target-column-without-a-finite-value", csv_input("smiles,id,split,y\nCCO,a,train,\nCCN,b,test,\n"),
          "mols.csv: target column 'y' has no finite value"),
     Case("shard-rerun-with-another-plan", rerun_with_bigger_shards, "of an earlier plan that the new manifest does not list", code=0, changes=EVERYTHING),
+    Case("shard-disk-full", shard_onto_full_disk, "no space left on the device", changes=("small/out/plan.json", "small/out/parts"),
+         cleanup=unmount_small),
+    # output folders gtscale did not write, or inside the input
+    Case("shard-out-holds-foreign-manifest", out_holding("manifest.json"), "holds files gtscale did not write (manifest.json;"),
+    Case("shard-out-holds-file-named-like-a-shard", out_holding("train/train-000099.tar"), "holds files gtscale did not write (train;"),
+    Case("shard-graph-ego-out-inside-store", ego_out_inside_store, "--out is inside the input"),
+    Case("graph-build-out-is-input", graph_out_is_input, "--out is the input"),
+    Case("graph-build-into-results-folder",
+         out_holding("embeddings_final.npy", "metrics.json",
+                     argv_of=lambda tmp, out: ["graph", "build", "synthetic", "--nodes", "60", "--edges", "200", "--out", str(out), "--quiet"]),
+         "holds files gtscale did not write (embeddings_final.npy, metrics.json; no gtscale graph.json)"),
+    Case("export-out-holds-foreign-files", export_to(lambda tmp, run: tmp / "results"), "holds files gtscale did not write (notes.txt;"),
+    Case("export-out-is-the-run-dir", export_to(lambda tmp, run: run), "holds files gtscale did not write"),
+    Case("import-checkpoint-out-holds-foreign-files", import_into_foreign, "OUT holds files gtscale did not write (results.csv;"),
+    Case("bench-json-over-a-users-file", bench_json_over, "--json would replace a file gtscale did not write"),
     # shard folders
     Case("inspect-verify-bad-npy-header", inspect_bad_npy("npy_header"), "FAIL", code=1),
     Case("inspect-verify-object-array", inspect_bad_npy("object_array"), "FAIL", code=1),
     Case("inspect-split-without-shards", inspect_empty_split, "--split 'extra': has no shards"),
+    Case("manifest-shard-outside-its-folder", manifest_listing("../outside.tar"), "shard paths must be relative and stay inside"),
+    Case("manifest-shard-absolute-path", manifest_listing("ABS/outside.tar"), "shard paths must be relative and stay inside"),
     # checkpoints: export
     Case("export-crafted-model-states", run_with(crafted(model_states), "--tag", "latest"), "refused: loading it would run code"),
     Case("export-crafted-optim-states", run_with(crafted(optim_states), "--tag", "latest"), "refused: loading it would run code"),
@@ -233,8 +338,10 @@ def inputs(tmp_path_factory) -> Inputs:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_bad_input(case: Case, inputs: Inputs, tmp_path: Path, capsys):
+def test_bad_input(case: Case, inputs: Inputs, tmp_path: Path, capsys, request):
     argv, watched = case.prepare(tmp_path, inputs)
+    if case.cleanup is not None:
+        request.addfinalizer(lambda: case.cleanup(tmp_path))
     before = files(watched)
     if case.launcher:
         codes = run_ranks(1, argv, tmp_path / "log")

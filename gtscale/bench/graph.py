@@ -20,7 +20,6 @@ The generated graph is written as a plain folder first (its time is reported, no
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import subprocess
@@ -35,7 +34,7 @@ from gtscale.graphs.shard_ego import EgoShardOptions, shard_graph_ego
 from gtscale.graphs.sample import EgoSampler, ego_structures, induced_subgraph, priority_py
 from gtscale.graphs.store import GraphStore
 from gtscale.graphs.synthetic import TSOCIAL_EDGES, TSOCIAL_NODES, synthetic_source
-from gtscale.io import atomic_write_text
+from gtscale.bench.report import claim_json, write_json
 from gtscale.prep.structure import StructureOptions
 
 TARGETS = {"build_s": 180.0, "build_peak_rss_gib": 6.0, "open_s": 1.0, "ego_per_s_per_core": 2000.0, "induced_5pct_s": 5.0,
@@ -127,6 +126,7 @@ def _ego_rates(store: GraphStore, targets: np.ndarray, fanouts, max_nodes: int, 
 
 
 def run(args: argparse.Namespace) -> int:
+    claim_json(args.json_path)
     import scipy.sparse as sp
     import torch
     from threadpoolctl import threadpool_limits
@@ -198,8 +198,7 @@ def run(args: argparse.Namespace) -> int:
         "ego_shard_records_per_s_per_core": shard_rate >= TARGETS["ego_shard_records_per_s_per_core"],
     }
     _print(result)
-    if args.json_path:
-        atomic_write_text(args.json_path, json.dumps(result, indent=1) + "\n")
+    write_json(args.json_path, result, "graph")
     return 0
 
 

@@ -33,7 +33,7 @@ from gtscale.loader.stream import build_loader
 from gtscale.prep.structure import StructureOptions, structure_many
 from gtscale.errors import UserError
 from gtscale.format.manifest import load_manifest
-from gtscale.io import atomic_write_text
+from gtscale.bench.report import claim_json, write_json
 from gtscale.format.tario import sample_key, write_shard
 
 TARGETS = {"egt_graphs_per_s": 5000, "path_edges_graphs_per_s": 2000, "padding_efficiency": 0.90}
@@ -160,6 +160,7 @@ def _node_counts(manifest: dict, split: str) -> list[int]:
 def run(args: argparse.Namespace) -> int:
     if args.molecules < 1 or args.shard_size < 1 or args.node_budget < 1 or args.max_dist < 1 or args.seconds <= 0:
         raise UserError("--molecules, --shard-size, --node-budget, --max-dist and --seconds must be positive")
+    claim_json(args.json)
     with tempfile.TemporaryDirectory(prefix="gtscale-bench-loader-") as tmp:
         root = args.shards if args.shards is not None else build_nci_shards(Path(tmp), args.molecules, args.shard_size, args.seed)
         manifest = load_manifest(root)
@@ -174,7 +175,5 @@ def run(args: argparse.Namespace) -> int:
         }
         rows = _rows(manifest, args.split, args)
     _print(setup, rows)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(args.json, json.dumps({"setup": setup, "rows": rows, "targets": TARGETS}, indent=2) + "\n")
+    write_json(args.json, {"setup": setup, "rows": rows, "targets": TARGETS}, "loader", indent=2)
     return 0

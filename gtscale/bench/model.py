@@ -29,7 +29,6 @@ the same batch with the same parameters, and the ratios are printed.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
 import platform
@@ -41,7 +40,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gtscale.io import atomic_write_text
+from gtscale.bench.report import claim_json, write_json
 from gtscale.format import schema
 from gtscale.loader.batch import Batch
 from gtscale.loader.edge_batch import EdgeBatch
@@ -340,6 +339,7 @@ def _has_plain(cfg: dict) -> bool:
 def run(args: argparse.Namespace) -> int:
     if args.batch_size < 1 or args.steps < 1 or args.warmup < 0 or args.threads < 1 or args.nodes < 1 or args.edges < 0 or args.graph_nodes < 1:
         raise UserError("--batch-size, --steps, --threads, --nodes and --graph-nodes must be positive, --warmup and --edges >= 0")
+    claim_json(args.json)
     cfg = load_model_config(args.model)
     typed = parse_model_config(cfg)
     if args.checkpointing:
@@ -394,7 +394,5 @@ def run(args: argparse.Namespace) -> int:
     ]
     setup["load_average_after"] = os.getloadavg()[0]
     _print(setup, results)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(args.json, json.dumps({"setup": setup, "results": results}, indent=2, default=str) + "\n")
+    write_json(args.json, {"setup": setup, "results": results}, "model", indent=2)
     return 0

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 import resource
 import statistics
@@ -38,8 +37,8 @@ from gtscale.format import schema
 from gtscale.prep.featurize import FeaturizeError, featurize_smiles
 from gtscale.prep.sources.bundled import NCI_SMILES, WEHI
 from gtscale.prep.structure import StructureOptions, structure_many
-from gtscale.io import atomic_write_text
 from gtscale.format.tario import ShardWriter, sample_key
+from gtscale.bench.report import claim_json, write_json
 from gtscale.prep.writer import MoleculeTask, ShardOptions, build_shard
 
 PCQM4MV2_MOLECULES = 3_746_620
@@ -143,12 +142,12 @@ def run_whole_process(args: argparse.Namespace) -> int:
     for row in rows:
         print(f"{row['process']:<24}{row['wall_s']:>9.1f}{row['cpu_s']:>9.1f}{row['mol_per_s_cpu']:>13.0f}")
     print(f"gtscale shard / smiles2graph speed: {result['ratio_cpu']:.2f}x by CPU time, {result['ratio_wall']:.2f}x by wall clock")
-    if args.json_path:
-        atomic_write_text(args.json_path, json.dumps(result, indent=1) + "\n")
+    write_json(args.json_path, result, "shard")
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
+    claim_json(args.json_path)
     if args.whole_process:
         return run_whole_process(args)
     from ogb.utils import smiles2graph
@@ -220,6 +219,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"{row['stage']:<22}{row['mol_per_s']:>10.0f}{row['vs_smiles2graph']:>16.2f}")
     for cores, hours in result["projected_pcqm4mv2_hours"].items():
         print(f"projected PCQM4Mv2 ({PCQM4MV2_MOLECULES:,} molecules) on {cores} cores: {hours * 60:.1f} min")
-    if args.json_path:
-        atomic_write_text(args.json_path, json.dumps(result, indent=1) + "\n")
+    write_json(args.json_path, result, "shard")
     return 0

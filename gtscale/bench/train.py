@@ -10,14 +10,12 @@ in interleaved rounds; the ratio loop / model-alone is what the pipeline costs. 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from gtscale.io import atomic_write_text
 
 
 
@@ -48,7 +46,10 @@ def _rate(trainer, batches, steps: int) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
+    from gtscale.bench.report import claim_json, write_json
     from gtscale.cli import main as cli_main
+
+    claim_json(args.json_path)
     from gtscale.train.config import load_train_config
     from gtscale.train.trainer import Trainer
 
@@ -91,6 +92,5 @@ def run(args: argparse.Namespace) -> int:
     print(f"{'training loop (loader → step)':<34}{result['loop_graphs_per_s']:>10.0f}")
     print(f"{'model alone (pre-collated)':<34}{result['model_alone_graphs_per_s']:>10.0f}")
     print(f"loop / model alone: {result['loop_vs_model_alone']:.2f} (target ≥ 0.90)")
-    if args.json_path:
-        atomic_write_text(args.json_path, json.dumps(result, indent=1) + "\n")
+    write_json(args.json_path, result, "train")
     return 0

@@ -8,17 +8,26 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import numpy as np
 
 from gtscale.errors import UserError
-from gtscale.io import atomic_write_text
+from gtscale.io import atomic_write_text, disk_full_is_user_error
 
 MANIFEST_FILE = "manifest.json"
 PLAN_FILE = "plan.json"  # written by every part at its start: what the whole run will produce
 PARTS_DIR = "parts"  # one JSON per finished shard
 REJECTS_FILE = "rejects.tsv"
+
+
+def written_by_gtscale(plan: dict) -> bool:
+    """Whether a plan.json or manifest.json is the sharder's own: created_by gtscale, with a run fingerprint."""
+    return str(plan.get("created_by", "")).startswith("gtscale ") and bool(re.fullmatch(r"[0-9a-f]{64}", str(plan.get("fingerprint", ""))))
+
+
+#: What marks a folder as a shard folder gtscale wrote (gtscale.io.claim_out_dir).
+SHARD_MARKERS = {PLAN_FILE: written_by_gtscale, MANIFEST_FILE: written_by_gtscale}
 
 
 def load_manifest(path: str | Path) -> dict:
@@ -35,8 +44,26 @@ def load_manifest(path: str | Path) -> dict:
     for key in ("schema_version", "dataset", "splits"):
         if key not in manifest:
             raise UserError(f"{path}: manifest lacks {key!r}")
+    check_shard_paths(manifest, path)
     manifest["_dir"] = str(path.parent)
     return manifest
+
+
+def check_shard_paths(manifest: dict, path: Path) -> None:
+    """Every shard a manifest lists lies inside its folder: a relative path without `..`.
+
+    A checksum proves a file's bytes, not where it is: a manifest naming `../x.tar` or `/data/x.tar`
+    would make the loader read, and `inspect --verify` pass, a file outside the shard folder."""
+    if not isinstance(manifest["splits"], dict):
+        raise UserError(f"{path}: 'splits' must be a mapping of split names to their shards")
+    for split, info in manifest["splits"].items():
+        shards = info.get("shards", []) if isinstance(info, dict) else None
+        if not isinstance(shards, list) or not all(isinstance(s, dict) and isinstance(s.get("path"), str) for s in shards):
+            raise UserError(f"{path}: split {split!r} must list its shards as objects with a 'path'")
+        for shard in shards:
+            relpath = PurePosixPath(shard["path"])
+            if relpath.is_absolute() or PureWindowsPath(shard["path"]).is_absolute() or ".." in relpath.parts or "\\" in shard["path"] or not relpath.parts:
+                raise UserError(f"{path}: split {split!r} lists shard {shard['path']!r}; shard paths must be relative and stay inside {path.parent}")
 
 
 def _read_json(path: Path) -> dict:
@@ -113,8 +140,9 @@ def merge_parts(out_dir: Path) -> dict:
     duplicates = count_duplicates([(split, key) for split in dedup_order(list(keys)) for key in keys[split]])
     duplicates["dropped"] = sum(len(rows) for rows in dropped.values())
     manifest = {k: v for k, v in plan.items() if k not in ("splits", "dropped_duplicates")} | {"splits": splits, "duplicates": duplicates}
-    atomic_write_text(out_dir / REJECTS_FILE, "idx\tsplit\treason\n" + "".join(f"{i}\t{s}\t{r}\n" for i, s, r in sorted(reject_rows, key=lambda row: (row[1], row[0]))))
-    atomic_write_text(out_dir / MANIFEST_FILE, json.dumps(manifest, indent=1, sort_keys=True))
+    with disk_full_is_user_error(out_dir / MANIFEST_FILE):
+        atomic_write_text(out_dir / REJECTS_FILE, "idx\tsplit\treason\n" + "".join(f"{i}\t{s}\t{r}\n" for i, s, r in sorted(reject_rows, key=lambda row: (row[1], row[0]))))
+        atomic_write_text(out_dir / MANIFEST_FILE, json.dumps(manifest, indent=1, sort_keys=True))
     manifest["_removed"] = remove_unlisted(out_dir, manifest)
     return manifest
 
@@ -129,15 +157,29 @@ def remove_unlisted(out_dir: Path, manifest: dict) -> list[str]:
 
     A rerun with another plan (a smaller --shard-size, fewer molecules) would otherwise leave old
     shards beside the new ones, where a glob or a user would take them for data. Removing them
-    rather than refusing the rerun: only files with the names the sharder itself gives are touched,
-    and only after the new manifest, which no longer lists them, is in place. Returns their paths."""
+    rather than refusing the rerun: only what the sharder provably wrote is touched (a tar whose
+    part file names it, that part file, a .tar.tmp of the sharder's naming), and only after the new
+    manifest, which no longer lists them, is in place. A user's file that merely looks like a shard
+    stays. Returns the paths removed."""
     listed = {s["path"] for info in manifest["splits"].values() for s in info["shards"]}
     parts = {f"{Path(p).stem}.json" for p in listed}
-    stale = [p for p in out_dir.glob("*/*.tar*") if _SHARD_NAME.fullmatch(p.relative_to(out_dir).as_posix()) and p.relative_to(out_dir).as_posix() not in listed]
-    stale += [p for p in (out_dir / PARTS_DIR).glob("*.json") if _PART_NAME.fullmatch(p.name) and p.name not in parts]
+    stale = [p for p in (out_dir / PARTS_DIR).glob("*.json") if _PART_NAME.fullmatch(p.name) and p.name not in parts]
+    written = {_part_path(p) for p in stale} - {None}
+    for path in out_dir.glob("*/*.tar*"):
+        relpath = path.relative_to(out_dir).as_posix()
+        if _SHARD_NAME.fullmatch(relpath) and relpath not in listed and (relpath.endswith(".tmp") or relpath in written):
+            stale.append(path)
     for path in stale:
         path.unlink(missing_ok=True)
     for folder in {p.parent for p in stale}:
         if folder.name != PARTS_DIR and not any(folder.iterdir()):
             folder.rmdir()  # the folder of a split the new plan does not have
     return sorted(str(p) for p in stale)
+
+
+def _part_path(part_file: Path) -> str | None:
+    """The shard path a part file records (None for one that does not parse)."""
+    try:
+        return str(json.loads(part_file.read_text()).get("path"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return None

@@ -140,8 +140,12 @@ class ShardWriter:
         return stats
 
     def abort(self) -> None:
-        self._file.close()
-        self.tmp_path.unlink(missing_ok=True)
+        try:
+            self._file.close()  # flushes the buffer: fails again on a full disk
+        except OSError:
+            pass
+        finally:
+            self.tmp_path.unlink(missing_ok=True)
 
     def __enter__(self) -> "ShardWriter":
         return self

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from gtscale.errors import UserError
-from gtscale.graphs.store import FEATURE_DTYPES, GraphStore, build_store, load_manifest
+from gtscale.graphs.store import FEATURE_DTYPES, STORE_MARKERS, GraphStore, build_store, load_manifest
+from gtscale.io import claim_out_dir
 
 SOURCES = ("dgl", "mat", "plain", "synthetic")
 
@@ -65,7 +66,8 @@ def summary(manifest: dict) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     if args.action == "build":
-        manifest = build_store(make_source(args), args.out, args.feature_dtype, progress=not args.quiet)
+        claim_out_dir(args.out, STORE_MARKERS, [args.input])  # before reading a possibly huge input
+        manifest = build_store(make_source(args), args.out, args.feature_dtype, progress=not args.quiet, inputs=(args.input,))
         print("\n".join(summary(manifest)))
         return 0
     manifest = load_manifest(args.store)

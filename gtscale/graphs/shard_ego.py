@@ -101,6 +101,7 @@ def _label_counts(labels: np.ndarray, targets: np.ndarray) -> dict[str, int]:
 def shard_graph_ego(store_path: Path, splits: dict[str, np.ndarray], split_rule: dict, out_dir: Path, options: EgoShardOptions,
                     workers: int = 1, progress: bool = True) -> dict:
     """Write (or complete) the ego shards of every split's targets; returns the manifest."""
+    driver.claim_shard_dir(out_dir, [store_path])
     store = GraphStore.open(store_path)
     graph_sha = sha256_file(Path(store_path) / MANIFEST)  # the manifest holds every file's checksum
     run_fingerprint = hashlib.sha256(json.dumps({"schema": schema.SCHEMA_VERSION, "graph": graph_sha, "split": split_rule,

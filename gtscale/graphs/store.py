@@ -35,10 +35,12 @@ from gtscale.graphs import validate
 from gtscale.graphs.csr_check import check_csr, mark_checked
 from gtscale.graphs.csr_build import compact_rows, dedupe_rows, scatter_symmetric
 from gtscale.graphs.sources import GraphSource
-from gtscale.io import atomic_write_text, sha256_file
+from gtscale.io import atomic_write_text, claim_out_dir, sha256_file
 
 MANIFEST = "graph.json"
 STORE_FORMAT = "gtscale-graph"
+#: What marks a folder as a graph store gtscale built (gtscale.io.claim_out_dir).
+STORE_MARKERS = {MANIFEST: lambda manifest: manifest.get("format") == STORE_FORMAT}
 STORE_VERSION = 1
 FEATURE_DTYPES = ("float32", "float16")
 
@@ -119,33 +121,30 @@ def _store_files(out: Path) -> list[Path]:
     return sorted(p for p in out.iterdir() if p.suffix == ".npy")
 
 
-def _refuse_foreign(out: Path) -> None:
-    """Never delete a folder that is not a graph store."""
-    foreign = [p.name for p in out.iterdir() if p.suffix not in (".npy", ".json")] if out.is_dir() else []
-    if foreign or (out.exists() and not out.is_dir()):
-        raise UserError(f"{out}: {'holds ' + repr(foreign[0]) + ', ' if foreign else ''}not a graph store; choose another --out")
-
-
 def _replace_store(built: Path, out: Path) -> None:
-    """Move a finished build into place. The old store loses its manifest first, so that a crash
-    in between leaves a folder that does not open, never a mixture that looks complete."""
+    """Move a finished build into place. The old store is first renamed aside, so a crash in between
+    leaves the old store, the new one, or no `out` (and a rebuild) — never a folder without its
+    graph.json that the next build would have to refuse as foreign."""
+    old = out.parent / f".{out.name}.old"
+    if old.exists():
+        shutil.rmtree(old)  # set aside by an earlier replacement that crashed before removing it
     if out.exists():
-        _refuse_foreign(out)
-        (out / MANIFEST).unlink(missing_ok=True)
-        shutil.rmtree(out)
+        claim_out_dir(out, STORE_MARKERS)  # the folder may have changed during the build
+        out.rename(old)
     built.rename(out)
+    shutil.rmtree(old, ignore_errors=True)
 
 
-def build_store(source: GraphSource, out: str | Path, feature_dtype: str = "float32", progress: bool = True) -> dict:
+def build_store(source: GraphSource, out: str | Path, feature_dtype: str = "float32", progress: bool = True, inputs: tuple = ()) -> dict:
     """Build (or rebuild) the store of `source` in folder `out`; returns its manifest.
 
-    The build happens in a sibling folder `.<name>.building` that replaces `out` only when finished:
-    bad input found halfway (exit 2) leaves an existing store untouched and nothing that opens."""
+    `out` must be new, empty or an earlier store, and not be or lie in one of `inputs`
+    (gtscale.io.claim_out_dir). The build happens in a sibling folder `.<name>.building` that
+    replaces `out` only when finished: bad input found halfway (exit 2) leaves an existing store
+    untouched and nothing that opens."""
     if feature_dtype not in FEATURE_DTYPES:
         raise UserError(f"feature dtype {feature_dtype!r}: choose one of {', '.join(FEATURE_DTYPES)}")
-    out = Path(out)
-    if out.exists():
-        _refuse_foreign(out)
+    out = claim_out_dir(out, STORE_MARKERS, inputs)
     work = out.parent / f".{out.name}.building"
     if work.exists():
         shutil.rmtree(work)  # an interrupted earlier build: start over

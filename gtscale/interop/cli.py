@@ -46,10 +46,11 @@ def _model_fields(cfg: dict) -> set[str]:
 
 def run(args: argparse.Namespace) -> int:
     from gtscale.interop.egt import import_egt
-    from gtscale.models.export import check_fits, write_export
+    from gtscale.models.export import check_fits, claim_export_dir, write_export
     from gtscale.interop.graphormer import import_graphormer
     from gtscale.interop.unpickle import load_foreign_checkpoint
 
+    claim_export_dir(args.out, option="OUT")  # before reading a checkpoint that may be gigabytes
     checkpoint = load_foreign_checkpoint(args.path)
     importer = import_graphormer if args.format == "graphormer" else import_egt
     state, cfg = importer(checkpoint, args.path)

@@ -28,12 +28,19 @@ import yaml
 from torch import nn
 
 from gtscale.errors import UserError
-from gtscale.io import atomic_write_text, safe_torch_load
+from gtscale.io import atomic_write_text, claim_out_dir, safe_torch_load
 
 MODEL_FILE = "model.pt"
 CONFIG_FILE = "model.yaml"
 META_FILE = "export.json"
 FILES = (MODEL_FILE, CONFIG_FILE, META_FILE)
+#: What marks a folder as an export gtscale wrote (both writers record the parameter count).
+EXPORT_MARKERS = {META_FILE: lambda meta: "parameters" in meta}
+
+
+def claim_export_dir(out: str | os.PathLike, option: str = "--out") -> Path:
+    """Refuse, before any work, an output folder that holds anything but an earlier export (gtscale.io.claim_out_dir)."""
+    return claim_out_dir(out, EXPORT_MARKERS, option=option, nested=True)  # RUN/export may hold evaluate's RUN/export/<tag>/
 
 
 class ExportedModel(nn.Module):
@@ -84,9 +91,9 @@ def check_fits(state: dict, model_cfg: dict, where: str) -> ExportedModel:
 def write_export(out: Path, state: dict[str, torch.Tensor], model_cfg: dict, meta: dict) -> Path:
     """Write the three files into `out` (fp32 contiguous copies of the tensors); returns `out`.
 
-    The caller decides which tensors belong (the trainer drops its distance head) and checks the
-    folder is one it may write (gtscale.io.claim_out_dir)."""
-    out = Path(out)
+    The caller decides which tensors belong (the trainer drops its distance head); a folder that
+    holds anything but an earlier export is refused before anything is written."""
+    out = claim_export_dir(out)
     out.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().float().contiguous().clone() for k, v in state.items()}
     tmp = out / f"{MODEL_FILE}.{os.getpid()}.tmp"

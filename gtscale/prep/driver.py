@@ -5,7 +5,8 @@ What a shard holds is the caller's: a `RecordMaker` turns one task (a slice of a
 its records. Everything else is here once: the cut into tasks (split s, shard k holds rows
 [k·S, (k+1)·S) of the split's list, so a shard's bytes do not depend on the worker count, the part
 of a multi-machine run, or how often it was interrupted), the plan, the completeness check, the
-process pool, the tar, and the part record written after it.
+process pool, the tar, and the part record written after it; also which --out may be written
+(claim_shard_dir) and a full disk as one line with no half-written .tar.tmp left.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from tqdm import tqdm
 
 from gtscale import __version__
 from gtscale.format import schema
-from gtscale.format.manifest import PARTS_DIR, PLAN_FILE
+from gtscale.format.manifest import PARTS_DIR, PLAN_FILE, SHARD_MARKERS
 from gtscale.format.tario import ShardWriter, sample_key
-from gtscale.io import atomic_write_text, sha256_file
+from gtscale.io import atomic_write_text, claim_out_dir, disk_full_is_user_error, sha256_file
 
 
 @dataclass(eq=False)  # tasks are told apart by identity: their rows may be arrays
@@ -63,6 +64,11 @@ class ShardRecords:
 RecordMaker = Callable[[ShardTask], ShardRecords]
 
 
+def claim_shard_dir(out_dir: Path, inputs: Iterable = ()) -> Path:
+    """Refuse an --out that holds anything but an earlier run's shards, or lies in the input (gtscale.io.claim_out_dir)."""
+    return claim_out_dir(out_dir, SHARD_MARKERS, inputs)
+
+
 def plan_tasks(splits: dict[str, Sequence], shard_size: int, make_task: Callable[..., ShardTask] = ShardTask) -> list[ShardTask]:
     """The shard tasks of every split, in plan order (`make_task(split, number, ordinal, chunk)`)."""
     tasks = []
@@ -75,7 +81,6 @@ def plan_tasks(splits: dict[str, Sequence], shard_size: int, make_task: Callable
 def write_plan(out_dir: Path, run_fingerprint: str, tasks: list[ShardTask], rows: dict[str, int], fields: dict) -> dict:
     """plan.json: what the whole run will produce; `fields` are the dataset's own (dataset, sources,
     transform, task, features…), the rest (fingerprint, version, splits) is the driver's."""
-    (out_dir / PARTS_DIR).mkdir(parents=True, exist_ok=True)
     plan = {
         "fingerprint": run_fingerprint,
         "created_by": f"gtscale {__version__}",
@@ -83,7 +88,11 @@ def write_plan(out_dir: Path, run_fingerprint: str, tasks: list[ShardTask], rows
         **fields,
         "splits": {split: {"rows": int(n), "shards": [t.name for t in tasks if t.split == split]} for split, n in rows.items()},
     }
-    atomic_write_text(out_dir / PLAN_FILE, json.dumps(plan, indent=1, sort_keys=True))
+    # plan.json before any other file: a part of the same run starting now sees a folder it may claim.
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with disk_full_is_user_error(out_dir / PLAN_FILE):
+        atomic_write_text(out_dir / PLAN_FILE, json.dumps(plan, indent=1, sort_keys=True))
+    (out_dir / PARTS_DIR).mkdir(exist_ok=True)
     return plan
 
 
@@ -91,7 +100,7 @@ def write_shard(task: ShardTask, make_records: RecordMaker, out_dir: Path, run_f
     """Write one shard's tar, then its part record (sample count, bytes, sha256, rejects); return the part."""
     made = make_records(task)
     max_nodes = 0
-    with ShardWriter(out_dir / task.relpath) as writer:
+    with disk_full_is_user_error(out_dir / task.relpath), ShardWriter(out_dir / task.relpath) as writer:
         for record in made.records:
             meta = record[schema.META]
             writer.write(sample_key(meta["idx"]), record)
@@ -111,7 +120,8 @@ def write_shard(task: ShardTask, make_records: RecordMaker, out_dir: Path, run_f
         "rejects": made.rejects,
         **made.extra,
     }
-    atomic_write_text(out_dir / task.part_name, json.dumps(part, sort_keys=True))
+    with disk_full_is_user_error(out_dir / task.part_name):
+        atomic_write_text(out_dir / task.part_name, json.dumps(part, sort_keys=True))
     return part
 
 
@@ -173,6 +183,13 @@ def run_tasks(
         for count, record in results:
             done.append(record)
             bar.update(count)
+    except BaseException:
+        if pool is not None:
+            pool.terminate()  # stops the other workers mid-shard: their temporaries are removed below
+            pool.join()
+        for task in pending:
+            (out_dir / f"{task.relpath}.tmp").unlink(missing_ok=True)
+        raise
     finally:
         bar.close()
         if pool is not None:

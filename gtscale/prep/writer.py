@@ -185,7 +185,7 @@ def plan_fields(table: MoleculeTable, options: ShardOptions, checksums: dict[str
 
 
 def check_out_dir(out_dir: Path, subdirs: list[str]) -> None:
-    """Refuse, before anything is written, an --out that is a file or a folder we cannot write in.
+    """Refuse, before anything is written, an --out where a folder we write in is a file or unwritable.
 
     Each folder the run writes into (out, parts/, one per split) is probed where it exists, or its
     nearest existing parent where it does not: a failure names the folder, and no shard is left
@@ -215,6 +215,7 @@ def shard_table(
     """Write this part's shards (skipping verified ones); return the part records of this part."""
     checksums = {str(p): sha256_file(p) for p in table.source_files}
     run_fingerprint = fingerprint(table, options, checksums)
+    driver.claim_shard_dir(out_dir, table.source_files)
     check_out_dir(out_dir, [PARTS_DIR, *table.splits])
     kept, dropped = drop_duplicate_rows(table, workers) if options.drop_duplicates else (table, {})
     tasks = plan_tasks(kept, options.shard_size)

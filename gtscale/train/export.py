@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from gtscale.errors import UserError
-from gtscale.models.export import write_export
+from gtscale.models.export import claim_export_dir, write_export
 from gtscale.train import checkpoint, safe_load
 
 
@@ -54,6 +54,7 @@ def export(run_dir: Path, tag: str, out: Path) -> Path:
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
     tag = resolve_tag(run_dir, tag)
+    claim_export_dir(out)  # before the consolidation, which takes minutes on a large model
     folder = run_dir / "checkpoints" / tag
     problems = safe_load.check_folder(folder)
     if problems:

@@ -47,13 +47,25 @@ def test_store_is_memory_mapped_and_verifies(tmp_path):
     assert store.verify() == ["labels.npy"]
 
 
-def test_a_store_without_manifest_does_not_open_and_rerun_rebuilds(tmp_path):
+def test_a_store_without_manifest_does_not_open_and_is_not_replaced(tmp_path):
+    """Without graph.json nothing says gtscale wrote the folder: it is refused, not deleted."""
     build_store(synthetic_source(500, 2000, seed=0), tmp_path / "s", progress=False)
-    (tmp_path / "s" / MANIFEST).unlink()  # as after an interrupted build
+    (tmp_path / "s" / MANIFEST).unlink()
     with pytest.raises(UserError, match="not a finished graph store"):
         GraphStore.open(tmp_path / "s")
+    with pytest.raises(UserError, match="holds files gtscale did not write"):
+        build_store(synthetic_source(500, 2000, seed=0), tmp_path / "s", progress=False)
+    assert (tmp_path / "s" / "indptr.npy").is_file()
+
+
+def test_rebuild_interrupted_while_replacing_the_store_completes(tmp_path):
+    """A rebuild first renames the old store aside: a crash then leaves no `s` (and `.s.old`), never
+    a store without its graph.json; the next build puts one in place and removes what was set aside."""
     build_store(synthetic_source(500, 2000, seed=0), tmp_path / "s", progress=False)
+    (tmp_path / "s").rename(tmp_path / ".s.old")  # as after a crash between the two renames
+    build_store(synthetic_source(500, 2000, seed=1), tmp_path / "s", progress=False)
     assert GraphStore.open(tmp_path / "s").num_nodes == 500
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]
 
 
 def test_synthetic_is_seeded_power_law_with_planted_anomalies(tmp_path):
