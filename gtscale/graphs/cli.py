@@ -16,7 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     build = actions.add_parser("build", help="build the on-disk CSR store of a graph")
     build.add_argument("source", choices=SOURCES, help="dgl: dgl.save_graphs file; mat: YelpChi/Amazon .mat; plain: folder of .npy; synthetic: generated")
     build.add_argument("--input", help="the DGL file, .mat file or plain folder (not for synthetic)")
-    build.add_argument("--out", required=True, help="store folder (rebuilt if it exists)")
+    build.add_argument("--out", required=True, help="store folder: new, empty or an earlier store (replaced); anything else is refused")
     build.add_argument("--feature-dtype", default="float32", choices=FEATURE_DTYPES)
     build.add_argument("--relations", default="union", choices=("union", "typed"), help=".mat: one relation, or a per-edge relation bit mask")
     build.add_argument("--nodes", type=int, default=100_000, help="synthetic: number of nodes")

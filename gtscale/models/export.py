@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import struct
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,7 @@ import yaml
 from torch import nn
 
 from gtscale.errors import UserError
-from gtscale.io import atomic_write_text, claim_out_dir, safe_torch_load
+from gtscale.io import atomic_write_text, claim_out_dir, load_failure_detail, refused_global, safe_torch_load
 
 MODEL_FILE = "model.pt"
 CONFIG_FILE = "model.yaml"
@@ -111,8 +112,10 @@ def read_weights(path: str | os.PathLike) -> dict[str, torch.Tensor]:
         raise UserError(f"{path}: no such model file (write it with `gtscale export` or `gtscale import-checkpoint`)")
     try:
         state = safe_torch_load(path)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as err:
-        raise UserError(f"{path}: not a weights-only model file ({type(err).__name__}); write it with `gtscale export`") from err
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError, IndexError, struct.error, zipfile.BadZipFile) as err:
+        if what := refused_global(err):
+            raise UserError(f"{path}: refused: loading it would run code ({what}); a gtscale export holds tensors only") from err
+        raise UserError(f"{path}: not a readable weights-only model file ({load_failure_detail(err)}); write it with `gtscale export`") from err
     if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
         raise UserError(f"{path}: expected a mapping of tensor names to tensors, got {type(state).__name__}")
     return state

@@ -3,8 +3,6 @@ unchanged; a folder that is not an export, or a model.pt that would run code, is
 
 from __future__ import annotations
 
-import pickle
-
 import pytest
 import torch
 
@@ -59,10 +57,12 @@ def test_model_file_that_would_run_code_is_refused(tmp_path):
         def __reduce__(self):
             return (print, ("ran",))
 
-    with open(tmp_path / "model.pt", "wb") as f:
-        pickle.dump({"w": Payload()}, f)
-    with pytest.raises(UserError, match="not a weights-only model file"):
+    torch.save({"w": Payload()}, tmp_path / "model.pt")  # a torch file whose pickle calls print
+    with pytest.raises(UserError, match=r"refused: loading it would run code \(print\)"):
         read_weights(tmp_path / "model.pt")
+    (tmp_path / "cut.pt").write_bytes((tmp_path / "model.pt").read_bytes()[:5])
+    with pytest.raises(UserError, match="not a readable weights-only model file"):
+        read_weights(tmp_path / "cut.pt")
     torch.save({"w": [1, 2]}, tmp_path / "list.pt")
     with pytest.raises(UserError, match="expected a mapping of tensor names to tensors"):
         read_weights(tmp_path / "list.pt")
