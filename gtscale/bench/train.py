@@ -49,7 +49,7 @@ def _rate(trainer, batches, steps: int) -> float:
 
 def run(args: argparse.Namespace) -> int:
     from gtscale.cli import main as cli_main
-    from gtscale.train.config import load_train_config
+    from gtscale.train.preflight import load_train_config
     from gtscale.train.trainer import Trainer
 
     import torch

@@ -20,6 +20,24 @@ PLAN_FILE = "plan.json"  # written by every part at its start: what the whole ru
 PARTS_DIR = "parts"  # one JSON per finished shard
 REJECTS_FILE = "rejects.tsv"
 
+# --- task kinds ------------------------------------------------------------------------------
+#: manifest task.type of node tasks: labelled target nodes of sampled subgraphs (`gtscale shard
+#: graph-ego`, or a graph store sampled online), read as target_y at target_nodes.
+NODE_TASK = "node_binary_classification"
+#: What a manifest without task.type holds. Every type but NODE_TASK (the sharder writes
+#: graph_regression or graph_classification) is a graph task: targets y per record.
+GRAPH_TASK = "graph"
+
+
+def task_type(manifest: dict) -> str:
+    """The manifest's task.type (GRAPH_TASK when absent)."""
+    return manifest.get("task", {}).get("type", GRAPH_TASK)
+
+
+def is_node_task(manifest: dict | None) -> bool:
+    """Whether the manifest's records hold node targets rather than graph targets."""
+    return manifest is not None and task_type(manifest) == NODE_TASK
+
 
 def load_manifest(path: str | Path) -> dict:
     """Read a manifest from its file or its folder; one-line errors for missing or malformed ones."""

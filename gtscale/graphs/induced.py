@@ -43,6 +43,7 @@ import torch
 
 from gtscale.errors import UserError
 from gtscale.format import schema
+from gtscale.format.manifest import NODE_TASK
 from gtscale.graphs.sample import induced_edges
 from gtscale.graphs.online import StoreLoader
 from gtscale.graphs.splits import mask_split, ratio_split
@@ -58,8 +59,6 @@ _ROUND, _EVAL_PARTS = 4, 5
 MIN_EPOCH_ROUNDS = 16
 #: Batch fields this loader provides besides node features and edges.
 PROVIDED_KEYS = (schema.TARGET_Y,)
-#: manifest task.type of node tasks (as `gtscale shard graph-ego` writes it).
-NODE_TASK = "node_binary_classification"
 
 
 _M64 = (1 << 64) - 1

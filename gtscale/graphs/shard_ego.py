@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from gtscale import __version__
 from gtscale.format import schema
-from gtscale.format.manifest import PARTS_DIR, PLAN_FILE, merge_parts
+from gtscale.format.manifest import NODE_TASK, PARTS_DIR, PLAN_FILE, merge_parts
 from gtscale.format.tario import ShardWriter, sample_key
 from gtscale.graphs.sample import EgoSampler, EgoSubgraph, ego_structures
 from gtscale.graphs.store import MANIFEST, GraphStore
@@ -142,7 +142,7 @@ def shard_graph_ego(store_path: Path, splits: dict[str, np.ndarray], split_rule:
         "sources": [{"path": str(Path(store_path) / MANIFEST), "sha256": graph_sha, "bytes": (Path(store_path) / MANIFEST).stat().st_size}],
         "transform": {**asdict(options.structure), "fanouts": list(options.fanouts), "max_nodes": options.max_nodes,
                       "sampler_seed": options.seed, "shard_size": options.shard_size, "split": split_rule},
-        "task": {"type": "node_binary_classification", "num_targets": 1, "target_names": ["anomalous"],
+        "task": {"type": NODE_TASK, "num_targets": 1, "target_names": ["anomalous"],
                  "label_counts": {split: _label_counts(store.labels, t) for split, t in splits.items()}},  # ω of the weighted BCE
         "features": {"node_float": store.manifest["num_features"]},
         "splits": {split: {"rows": int(len(t)), "shards": [k.name for k in tasks if k.split == split]} for split, t in splits.items()},

@@ -13,6 +13,7 @@ from gtscale.errors import UserError
 from gtscale.format.manifest import load_manifest
 from gtscale.loader.config import LoaderConfig
 from gtscale.train.config import DataConfig, GraphDataConfig
+from gtscale.train.node_task import target_features
 
 
 def task_manifest(data: DataConfig) -> dict:
@@ -59,8 +60,6 @@ def split_features(data: DataConfig, manifest: dict, split: str) -> tuple[np.nda
     """(features [n, F], 0/1 labels [n]) of a node split's labelled targets, for the features-only
     baseline: read from the shards' target nodes, or straight from the store."""
     if data.graph is None:
-        from gtscale.train.node_task import target_features
-
         return target_features(manifest, split)
     from gtscale.graphs.store import GraphStore
 

@@ -85,7 +85,8 @@ def evaluate_run(run_dir: Path, split: str = "test", tag: str = "best") -> dict:
     """Metrics of `split` under checkpoint `tag`; also written to RUN_DIR/eval/."""
     from gtscale.train.data_source import task_manifest
     from gtscale.train.export import export, resolve_tag
-    from gtscale.train.task_model import build_task_model, is_node_task, loader_keys
+    from gtscale.format.manifest import is_node_task
+    from gtscale.train.task_model import build_task_model, loader_keys
 
     cfg = run_config(run_dir)
     manifest = task_manifest(cfg.data)

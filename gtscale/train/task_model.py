@@ -11,11 +11,12 @@ from torch import nn
 from gtscale.config import from_dict, to_dict
 from gtscale.errors import UserError
 from gtscale.format import schema
+from gtscale.format.manifest import is_node_task
 from gtscale.io import safe_torch_load
 from gtscale.loader.batch import Batch
 from gtscale.models.config import HeadConfig
 from gtscale.models.heads import head_input_dim
-from gtscale.train.config import NODE_TASK, TrainConfig, resolve_model_config
+from gtscale.train.config import TrainConfig, resolve_model_config
 
 
 class GraphTaskModel(nn.Module):
@@ -36,11 +37,6 @@ class GraphTaskModel(nn.Module):
         if self.distance_head is not None and self.training:
             aux = self.distance_head.distance_loss(self.distance_head(outputs), batch)
         return self.head(outputs), aux
-
-
-def is_node_task(manifest: dict | None) -> bool:
-    """Whether the shards hold node targets (`gtscale shard graph-ego`) rather than graph targets."""
-    return manifest is not None and manifest.get("task", {}).get("type") == NODE_TASK
 
 
 def task_model_config(cfg: TrainConfig, manifest: dict | None = None) -> dict:

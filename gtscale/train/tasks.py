@@ -52,7 +52,7 @@ def multitarget_regression(y_pred: np.ndarray, y_true: np.ndarray) -> dict[str, 
 def evaluate(y_pred: np.ndarray, y_true: np.ndarray, task: TaskConfig) -> dict[str, float]:
     """{metric: value} from OGB's evaluator on gathered predictions [n, T] and targets (NaN = unlabelled).
 
-    pcqm4mv2 scores one target (config.check_task refuses more): OGB's PCQM4Mv2Evaluator gives the
+    pcqm4mv2 scores one target (preflight.check_task refuses more): OGB's PCQM4Mv2Evaluator gives the
     MAE, scikit-learn the RMSE of the same labelled rows. An ogbg evaluator scores every column
     (ogbg-molesol, -molfreesolv, -mollipo report rmse; ogbg-molhiv rocauc; ogbg-molpcba ap)."""
     if task.evaluator == "pcqm4mv2":

@@ -62,6 +62,7 @@ import torch.distributed as dist
 import yaml
 
 from gtscale.config import to_dict
+from gtscale.format.manifest import is_node_task
 from gtscale.loader.batch import Batch
 from gtscale.loader.edge_batch import EdgeBatch
 from gtscale.train.distributed_eval import EvaluationStopped, gather_predictions, lockstep
@@ -74,7 +75,7 @@ from gtscale.train.engine_config import deepspeed_config, lr_scheduler, param_gr
 from gtscale.train.run_log import RunLog
 from gtscale.train.stop_signals import StopSignals
 from gtscale.train.node_task import evaluate_nodes, features_baseline, labelled_targets, node_task_loss, resolve_anomaly_weight, target_scores
-from gtscale.train.task_model import build_task_model, is_node_task, load_backbone, loader_keys
+from gtscale.train.task_model import build_task_model, load_backbone, loader_keys
 from gtscale.train.tasks import evaluate, predictions, task_loss
 from gtscale.train.throughput import StepResult, ThroughputWindow, progress_rate, real_nodes
 

@@ -61,7 +61,7 @@ def two_rank_run(store, tmp_path_factory):
 
 def refusal(path, *overrides) -> str:
     from gtscale.errors import UserError
-    from gtscale.train.config import load_train_config
+    from gtscale.train.preflight import load_train_config
 
     with pytest.raises(UserError) as err:
         load_train_config(path, list(overrides))
@@ -69,7 +69,7 @@ def refusal(path, *overrides) -> str:
 
 
 def test_graph_config_resolves_and_refuses(store, ego_shards, tmp_path, splits):
-    from gtscale.train.config import load_train_config
+    from gtscale.train.preflight import load_train_config
     from gtscale.train.data_source import task_manifest
     from gtscale.train.node_task import resolve_anomaly_weight
     from gtscale.train.task_model import task_model_config

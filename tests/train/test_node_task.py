@@ -23,7 +23,7 @@ def node_config(tmp_path, shards, name="c.yaml", **sections):
 
 def refusal(path, *overrides) -> str:
     from gtscale.errors import UserError
-    from gtscale.train.config import load_train_config
+    from gtscale.train.preflight import load_train_config
 
     with pytest.raises(UserError) as err:
         load_train_config(path, list(overrides))
@@ -34,7 +34,7 @@ def test_node_config_resolves_model_and_weight(ego_shards, tmp_path):
     from gtscale.format.manifest import load_manifest
     from gtscale.graphs.splits import ratio_split
     from gtscale.graphs.store import GraphStore
-    from gtscale.train.config import load_train_config
+    from gtscale.train.preflight import load_train_config
     from gtscale.train.node_task import resolve_anomaly_weight
     from gtscale.train.task_model import task_model_config
 
@@ -78,7 +78,7 @@ def test_auto_weight_needs_both_classes_in_the_train_split(ego_shards, tmp_path)
     (shards / "manifest.json").write_text(json.dumps(manifest))
     path = node_config(tmp_path, shards)
     assert "task.anomaly_weight: auto needs both classes in split 'train'" in refusal(path)
-    from gtscale.train.config import load_train_config
+    from gtscale.train.preflight import load_train_config
 
     assert load_train_config(path, ["task.anomaly_weight=3.0"]).task.anomaly_weight == 3.0
 
