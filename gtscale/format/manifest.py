@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from gtscale.errors import UserError
+from gtscale.format import schema
 from gtscale.io import atomic_write_text
 
 MANIFEST_FILE = "manifest.json"
@@ -55,6 +56,26 @@ def load_manifest(path: str | Path) -> dict:
             raise UserError(f"{path}: manifest lacks {key!r}")
     manifest["_dir"] = str(path.parent)
     return manifest
+
+
+def manifest_entry(manifest: dict, entry: str):
+    """The value of `entry` ("section.name", as schema.PRODUCED names them), or None when absent."""
+    section, name = entry.split(".")
+    return manifest.get(section, {}).get(name)
+
+
+def check_readable(manifest: dict, keys: tuple[str, ...]) -> None:
+    """The shards are of a schema version this code reads, and hold every record key in `keys` as
+    far as the manifest tells (schema.PRODUCED's entries); a UserError naming what produces a
+    missing key otherwise."""
+    where = manifest.get("_dir", "manifest")
+    if manifest.get("schema_version") not in schema.READABLE_SCHEMA_VERSIONS:
+        raise UserError(f"{where}: shards have schema_version {manifest.get('schema_version')!r}, this loader reads {schema.READABLE_SCHEMA_VERSIONS}; re-shard")
+    for key in keys:
+        produced = schema.PRODUCED.get(key)
+        value = manifest_entry(manifest, produced.entry) if produced is not None and produced.entry else None
+        if value is not None and not value:
+            raise UserError(f"{where}: the shards hold no {key!r}, which this model needs; it is produced by {produced.how}")
 
 
 def _read_json(path: Path) -> dict:

@@ -33,18 +33,17 @@ import numpy as np
 from gtscale.errors import UserError
 from gtscale.format import schema
 from gtscale.format.decode import Record
+from gtscale.format.manifest import check_readable
 from gtscale.graphs.sample import EgoSampler, EgoSubgraph
 from gtscale.graphs.shard_ego import EgoShardOptions, subgraph_records
 from gtscale.graphs.store import MANIFEST, GraphStore
 from gtscale.io import sha256_file
 from gtscale.loader.batch import Batch
-from gtscale.loader.config import LoaderConfig, derive_seed
+from gtscale.loader.config import LoaderConfig, SeedPurpose, derive_seed
 from gtscale.loader.slots import ShardStream
 from gtscale.loader.collate import record_keys
-from gtscale.loader.stream import StreamLoader, _check_manifest, mean_graphs_per_batch
+from gtscale.loader.stream import StreamLoader, mean_graphs_per_batch
 
-#: Purpose mixed into the seed of the training target permutation (the shard loader uses 0..2).
-_TARGET_ORDER = 3
 #: Targets sampled at once (the compiled sampler's batch).
 _CHUNK = 256
 #: Targets whose ego node counts size the batches when epoch_batches = 0.
@@ -74,7 +73,7 @@ class EgoStream(ShardStream):
         """The targets of slot (this rank, `worker`) in this epoch; slots' sets are disjoint."""
         order = self.targets
         if self.train:
-            order = np.random.default_rng(derive_seed(self.config.seed, self.epoch, _TARGET_ORDER)).permutation(order)
+            order = np.random.default_rng(derive_seed(self.config.seed, self.epoch, SeedPurpose.EGO_TARGET_ORDER)).permutation(order)
         return order[self.rank + self.world_size * worker :: self.world_size * self.config.workers_per_rank]
 
     def _records(self, worker: int, skipped: list) -> Iterator[Record]:
@@ -150,7 +149,7 @@ def build_online_loader(store_path: str | Path, targets: np.ndarray, options: Eg
     if train and len(targets) < slots:
         raise UserError(f"{store_path}: {len(targets)} target nodes for {slots} rank×worker slots; use fewer workers")
     manifest = _filler_manifest(store, options)
-    _check_manifest(manifest, record_keys(config.keys, config.path_edges_max_dist))  # the structure options make what the model needs
+    check_readable(manifest, record_keys(config.keys, config.path_edges_max_dist))  # the structure options make what the model needs
     epoch_batches = 0
     if train:
         sampler = EgoSampler(store.indptr, store.indices, options.fanouts, options.max_nodes, options.seed)

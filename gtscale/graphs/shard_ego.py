@@ -23,9 +23,10 @@ from tqdm import tqdm
 
 from gtscale import __version__
 from gtscale.format import schema
-from gtscale.format.manifest import NODE_TASK, PARTS_DIR, PLAN_FILE, merge_parts
+from gtscale.format.manifest import PARTS_DIR, PLAN_FILE, merge_parts
 from gtscale.format.tario import ShardWriter, sample_key
 from gtscale.graphs.sample import EgoSampler, EgoSubgraph, ego_structures
+from gtscale.graphs.splits import node_task_section
 from gtscale.graphs.store import MANIFEST, GraphStore
 from gtscale.io import atomic_write_text, sha256_file
 from gtscale.prep.structure import StructureOptions
@@ -119,12 +120,6 @@ def _run(payload) -> tuple[int, dict]:
     return len(payload[0].targets), build_shard(*payload)
 
 
-def _label_counts(labels: np.ndarray, targets: np.ndarray) -> dict[str, int]:
-    """Targets per class of one split: the trainer's ω = normal / anomalous (ET eq. 22) comes from the train split's."""
-    counts = np.bincount(np.asarray(labels[np.sort(targets)], np.int64) + 1, minlength=3)  # −1 unknown, 0, 1
-    return {"unknown": int(counts[0]), "normal": int(counts[1]), "anomalous": int(counts[2])}
-
-
 def shard_graph_ego(store_path: Path, splits: dict[str, np.ndarray], split_rule: dict, out_dir: Path, options: EgoShardOptions,
                     workers: int = 1, progress: bool = True) -> dict:
     """Write (or complete) the ego shards of every split's targets; returns the manifest."""
@@ -142,8 +137,7 @@ def shard_graph_ego(store_path: Path, splits: dict[str, np.ndarray], split_rule:
         "sources": [{"path": str(Path(store_path) / MANIFEST), "sha256": graph_sha, "bytes": (Path(store_path) / MANIFEST).stat().st_size}],
         "transform": {**asdict(options.structure), "fanouts": list(options.fanouts), "max_nodes": options.max_nodes,
                       "sampler_seed": options.seed, "shard_size": options.shard_size, "split": split_rule},
-        "task": {"type": NODE_TASK, "num_targets": 1, "target_names": ["anomalous"],
-                 "label_counts": {split: _label_counts(store.labels, t) for split, t in splits.items()}},  # ω of the weighted BCE
+        "task": node_task_section(store.labels, splits),
         "features": {"node_float": store.manifest["num_features"]},
         "splits": {split: {"rows": int(len(t)), "shards": [k.name for k in tasks if k.split == split]} for split, t in splits.items()},
     }
