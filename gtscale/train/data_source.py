@@ -10,10 +10,11 @@ from pathlib import Path
 import numpy as np
 
 from gtscale.errors import UserError
+from gtscale.format import schema
 from gtscale.format.manifest import load_manifest
 from gtscale.loader.config import LoaderConfig
 from gtscale.train.config import DataConfig, GraphDataConfig
-from gtscale.train.node_task import target_features
+from gtscale.train.distributed_eval import target_predictions
 
 
 def task_manifest(data: DataConfig) -> dict:
@@ -68,3 +69,18 @@ def split_features(data: DataConfig, manifest: dict, split: str) -> tuple[np.nda
     labels = np.asarray(store.labels[nodes], np.int64)
     known = labels >= 0
     return np.asarray(store.features[nodes[known]], np.float32), labels[known]
+
+
+def target_features(manifest: dict, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """(features [n, F], labels [n]) of a split's labelled targets, read from the shards (the target
+    node's x_float, as the model sees it): one pass over the split in this process."""
+    from gtscale.loader.stream import build_loader
+
+    config = LoaderConfig(batching="graphs", batch_size=256, bucketing=False, num_workers=0, keys=[schema.TARGET_Y], sign_flip=False)
+    features, labels = [], []
+    for batch in build_loader(manifest, split, config, train=False, rank=0, world_size=1):
+        _, values = target_predictions(batch, batch.node_feat_float)
+        keep = batch.target_y_mask.reshape(-1)
+        features.append(values[keep].numpy())
+        labels.append(batch.target_y.reshape(-1)[keep].numpy())
+    return np.concatenate(features), np.concatenate(labels).astype(np.int64)

@@ -125,12 +125,12 @@ def _names(keys: list[str], limit: int = 6) -> str:
     return ", ".join(keys[:limit]) + (f", … {len(keys) - limit} more" if len(keys) > limit else "")
 
 
-def loader_keys(backbone: nn.Module, model_cfg: dict, node_task: bool = False) -> tuple[list[str], int]:
-    """Optional Batch fields the model reads (+ targets: target_y for node shards, y for graph
-    shards), and the path-edge distance it needs."""
+def loader_keys(backbone: nn.Module, model_cfg: dict, target_key: str = schema.Y) -> tuple[list[str], int]:
+    """Optional Batch fields the model reads (+ the task's targets, Task.target_key: y for graph
+    shards, target_y for node shards), and the path-edge distance it needs."""
     from gtscale.loader.collate import BATCH_KEYS
 
     fields = [f for f in backbone.batch_fields if f in BATCH_KEYS and f != "path_edges"]
     path_dist = int(model_cfg.get("multi_hop_max_dist", 0)) if "path_edges" in backbone.batch_fields else 0
-    return sorted(set(fields) | {schema.TARGET_Y if node_task else schema.Y}), path_dist
+    return sorted(set(fields) | {target_key}), path_dist
 
