@@ -43,6 +43,7 @@ from gtscale.loader.config import LoaderConfig, SeedPurpose, derive_seed
 from gtscale.loader.slots import ShardStream
 from gtscale.loader.collate import record_keys
 from gtscale.loader.stream import StreamLoader, mean_graphs_per_batch
+from gtscale.prep.structure import StructureOptions
 
 #: Targets sampled at once (the compiled sampler's batch).
 _CHUNK = 256
@@ -128,6 +129,13 @@ def _filler_manifest(store: GraphStore, options: EgoShardOptions) -> dict:
     """What filler_record reads from a shard manifest, for the records this loader makes."""
     return {"_dir": str(store.path), "schema_version": schema.SCHEMA_VERSION, "features": {"node_float": store.manifest["num_features"]},
             "transform": asdict(options.structure), "task": {"num_targets": 1}}
+
+
+def ego_options(fanouts: list[int], max_nodes: int, seed: int, svd_rank: int, lap_k: int) -> EgoShardOptions:
+    """The options of `gtscale shard graph-ego --fanouts --max-nodes --sampler-seed --svd-rank
+    --lap-k` (shortest paths and degrees on, as there): the training config's data.graph with
+    sampler ego gets the records those shards would hold."""
+    return EgoShardOptions(StructureOptions(svd_rank=svd_rank, lap_k=lap_k), tuple(fanouts), max_nodes, seed)
 
 
 def build_online_loader(store_path: str | Path, targets: np.ndarray, options: EgoShardOptions, config: LoaderConfig, *, train: bool,

@@ -1,6 +1,7 @@
 """Where a run's samples come from: shards (`data.shards`, the streaming shard loader) or a graph
-store sampled online (`data.graph`: node tasks on random node-induced subgraphs, EdgeBatches,
-gtscale.graphs.induced). The trainer and `gtscale evaluate` ask this module, not the loaders."""
+store sampled online (`data.graph`: node tasks on random node-induced subgraphs as EdgeBatches,
+gtscale.graphs.induced, or on each target's ego subgraph as Batches, gtscale.graphs.online). The
+trainer and `gtscale evaluate` ask this module, not the loaders."""
 
 from __future__ import annotations
 
@@ -46,15 +47,22 @@ def _split_nodes(store: str, train_ratio: float, split_seed: int, mask_column: i
 
 
 def split_loader(data: DataConfig, manifest: dict, split: str, loader: LoaderConfig, *, train: bool, rank: int, world_size: int):
-    """The loader of one split: batches (shards) or EdgeBatches of induced subgraphs (graph store)."""
+    """The loader of one split: batches (shards), or from a graph store EdgeBatches of induced
+    subgraphs (sampler induced) or batches of the split's ego subgraphs (sampler ego)."""
     if data.graph is None:
         from gtscale.loader.stream import build_loader
 
         return build_loader(manifest, split, loader, train=train, rank=rank, world_size=world_size)
+    graph = data.graph
+    nodes = split_nodes(graph)[split]
+    if graph.sampler == "ego":
+        from gtscale.graphs.online import build_online_loader, ego_options
+
+        options = ego_options(graph.fanouts, graph.max_nodes, graph.sampler_seed, graph.svd_rank, graph.lap_k)
+        return build_online_loader(graph.store, nodes, options, loader, train=train, rank=rank, world_size=world_size)
     from gtscale.graphs.induced import build_induced_loader
 
-    return build_induced_loader(data.graph.store, split_nodes(data.graph)[split], data.graph.fraction, loader, train=train,
-                                rank=rank, world_size=world_size)
+    return build_induced_loader(graph.store, nodes, graph.fraction, loader, train=train, rank=rank, world_size=world_size)
 
 
 def split_features(data: DataConfig, manifest: dict, split: str) -> tuple[np.ndarray, np.ndarray]:
