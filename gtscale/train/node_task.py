@@ -7,9 +7,9 @@ A node-task batch holds one ego subgraph per target; the model's node head score
 eq. 22) with ω = task.anomaly_weight, by default #normal / #anomalous of the train split's targets
 (the manifest's task.label_counts, counted by the sharder).
 
-Batches are dense `Batch`es of ego subgraphs (shards, targets at `target_node`) or `EdgeBatch`es
-of node-induced subgraphs (data.graph, targets at `target`); both carry target_id / target_y /
-target_y_mask, and `target_scores` reads either.
+Batches are dense `Batch`es of ego subgraphs (shards, or data.graph with sampler ego; targets at
+`target_node`) or `EdgeBatch`es of node-induced subgraphs (data.graph with sampler induced; targets
+at `target`); both carry target_id / target_y / target_y_mask, and `target_scores` reads either.
 
 Threshold. Macro-F1 needs a decision threshold, which the papers choose on the validation nodes and
 apply unchanged to the test nodes (node_metrics.evaluate_splits). The trainer evaluates the

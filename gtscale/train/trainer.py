@@ -33,8 +33,8 @@ Tasks. The trainer holds one `tasks.Task` and knows nothing else of the kind of 
 targets of a batch are labelled, their loss, the prediction rows evaluation gathers and their
 metrics are the task's. Graph tasks (tasks.GraphTask) label graphs; node tasks (node_task.NodeTask:
 ego-subgraph shards, manifest task.type node_binary_classification, or a graph store sampled
-online into EdgeBatches of node-induced subgraphs, data.graph) label target nodes and key their
-rows by global node id. Weighting, collectives and lockstep are the same for both.
+online, data.graph, into ego subgraphs or EdgeBatches of node-induced subgraphs) label target nodes
+and key their rows by global node id. Weighting, collectives and lockstep are the same for both.
 
 Non-finite losses. A step whose loss is non-finite on any rank is skipped by every rank: its
 gradients are set to zero (deepspeed.utils.safe_set_full_grad) and the optimizer steps with learning
