@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from gtscale.cli import main as cli_main
 
     claim_json(args.json_path)
-    from gtscale.train.config import load_train_config
+    from gtscale.train.preflight import load_train_config
     from gtscale.train.trainer import Trainer
 
     import torch

@@ -117,7 +117,7 @@ def seed_metrics(run_dir: Path, seed: int, split: str) -> dict:
 
 
 def run_sweep(config: str, overrides: list[str], seeds: list[int], nproc: int = 1, split: str = "test", label: str | None = None, collect: bool = False) -> Path:
-    from gtscale.train.config import load_train_config
+    from gtscale.train.preflight import load_train_config
 
     if len(set(seeds)) != len(seeds):
         raise UserError(f"--seeds: {seeds} repeats a seed")
@@ -165,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("give a CONFIG to sweep, or --compare SWEEP_DIR …")
     seeds, args.overrides = split_seeds(args.seeds, args.overrides)
     if args.print_run_dir:
-        from gtscale.train.config import load_train_config
+        from gtscale.train.preflight import load_train_config
 
         print(load_train_config(args.config, args.overrides).run_dir)
         return 0

@@ -8,7 +8,7 @@ with the same header — same dtype and shape, the common case for molecules —
 go through `decode_npy` itself.
 
 Only the keys the consumer needs are decoded. A record lacking one raises `MissingKeyError`
-naming the key and the sharder option that produces it (`schema.PRODUCED_BY`).
+naming the key and the sharder option that produces it (`schema.PRODUCED`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class MissingKeyError(UserError):
     """A record lacks a key the model needs: the shards were written without it."""
 
     def __init__(self, shard: str, sample: str, key: str):
-        produced = schema.PRODUCED_BY[key]
+        produced = schema.PRODUCED[key].how
         super().__init__(f"{shard}: sample {sample}: record has no {key!r}, which this model needs; it is produced by {produced}")
         self.shard, self.sample, self.key = shard, sample, key
 

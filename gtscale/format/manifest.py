@@ -13,12 +13,31 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 import numpy as np
 
 from gtscale.errors import UserError
+from gtscale.format import schema
 from gtscale.io import atomic_write_text, disk_full_is_user_error
 
 MANIFEST_FILE = "manifest.json"
 PLAN_FILE = "plan.json"  # written by every part at its start: what the whole run will produce
 PARTS_DIR = "parts"  # one JSON per finished shard
 REJECTS_FILE = "rejects.tsv"
+
+# --- task kinds ------------------------------------------------------------------------------
+#: manifest task.type of node tasks: labelled target nodes of sampled subgraphs (`gtscale shard
+#: graph-ego`, or a graph store sampled online), read as target_y at target_nodes.
+NODE_TASK = "node_binary_classification"
+#: What a manifest without task.type holds. Every type but NODE_TASK (the sharder writes
+#: graph_regression or graph_classification) is a graph task: targets y per record.
+GRAPH_TASK = "graph"
+
+
+def task_type(manifest: dict) -> str:
+    """The manifest's task.type (GRAPH_TASK when absent)."""
+    return manifest.get("task", {}).get("type", GRAPH_TASK)
+
+
+def is_node_task(manifest: dict | None) -> bool:
+    """Whether the manifest's records hold node targets rather than graph targets."""
+    return manifest is not None and task_type(manifest) == NODE_TASK
 
 
 def written_by_gtscale(plan: dict) -> bool:
@@ -64,6 +83,26 @@ def check_shard_paths(manifest: dict, path: Path) -> None:
             relpath = PurePosixPath(shard["path"])
             if relpath.is_absolute() or PureWindowsPath(shard["path"]).is_absolute() or ".." in relpath.parts or "\\" in shard["path"] or not relpath.parts:
                 raise UserError(f"{path}: split {split!r} lists shard {shard['path']!r}; shard paths must be relative and stay inside {path.parent}")
+
+
+def manifest_entry(manifest: dict, entry: str):
+    """The value of `entry` ("section.name", as schema.PRODUCED names them), or None when absent."""
+    section, name = entry.split(".")
+    return manifest.get(section, {}).get(name)
+
+
+def check_readable(manifest: dict, keys: tuple[str, ...]) -> None:
+    """The shards are of a schema version this code reads, and hold every record key in `keys` as
+    far as the manifest tells (schema.PRODUCED's entries); a UserError naming what produces a
+    missing key otherwise."""
+    where = manifest.get("_dir", "manifest")
+    if manifest.get("schema_version") not in schema.READABLE_SCHEMA_VERSIONS:
+        raise UserError(f"{where}: shards have schema_version {manifest.get('schema_version')!r}, this loader reads {schema.READABLE_SCHEMA_VERSIONS}; re-shard")
+    for key in keys:
+        produced = schema.PRODUCED.get(key)
+        value = manifest_entry(manifest, produced.entry) if produced is not None and produced.entry else None
+        if value is not None and not value:
+            raise UserError(f"{where}: the shards hold no {key!r}, which this model needs; it is produced by {produced.how}")
 
 
 def _read_json(path: Path) -> dict:

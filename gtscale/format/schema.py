@@ -39,6 +39,8 @@ choice among tied shortest paths, prep/floyd_warshall.py), else pred. Its sentin
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 #: Version of the record layout; stored in every manifest and checked by the loader.
@@ -74,23 +76,36 @@ NODE_FEATURE_KEYS = (X, X_FLOAT)
 #: Optional keys decoded together with a requested key when a record has them (never an error when
 #: absent): path edges ask for pred and follow fw_mid instead where the shards carry it.
 DECODED_WITH = {PRED: (FW_MID,)}
-#: What makes the sharder produce an optional key (used in "missing key" errors): what the user
-#: must do, so the on-by-default keys name the flag to leave out.
-PRODUCED_BY = {
-    SPD: "`gtscale shard` without --no-spd (shortest paths are on by default)",
-    PRED: "`gtscale shard` without --no-spd (shortest paths are on by default)",
-    FW_MID: "`gtscale shard --paths floyd-warshall`",
-    IN_DEGREE: "`gtscale shard` without --no-degree (degrees are on by default)",
-    OUT_DEGREE: "`gtscale shard` without --no-degree (degrees are on by default)",
-    SVD_PE: "`gtscale shard --svd-rank R` with R > 0",
-    LAP_PE: "`gtscale shard --lap-k K` with K > 0",
-    LAP_EIGVAL: "`gtscale shard --lap-k K` with K > 0",
-    Y: "a dataset with graph targets",
-    NODE_Y: "a node-task dataset (sampled subgraphs)",
-    X_FLOAT: "`gtscale shard graph-ego` (continuous node features)",
-    NODE_ID: "`gtscale shard graph-ego`",
-    TARGET_NODES: "`gtscale shard graph-ego`",
-    TARGET_Y: "`gtscale shard graph-ego`",
+
+
+class Produced(NamedTuple):
+    """How shards come to hold an optional key, and where their manifest says so."""
+
+    how: str  # what makes the sharder produce it (in "missing key" errors): the on-by-default keys name the flag to leave out
+    entry: str | None = None  # manifest entry (section.name) that tells whether the shards hold it: false or 0 = they do not
+    sized: bool = False  # the entry is also the key's width (svd rank, k, targets): filler records are shaped by it
+
+
+_SPD_ON = "`gtscale shard` without --no-spd (shortest paths are on by default)"
+_DEGREE_ON = "`gtscale shard` without --no-degree (degrees are on by default)"
+_GRAPH_EGO = "`gtscale shard graph-ego`"
+#: Every optional key: the one table the sharder's errors, the loader's manifest check
+#: (format.manifest.check_readable) and its filler records (loader/filler.py) read.
+PRODUCED = {
+    SPD: Produced(_SPD_ON, "transform.spd"),
+    PRED: Produced(_SPD_ON, "transform.spd"),
+    FW_MID: Produced("`gtscale shard --paths floyd-warshall`"),
+    IN_DEGREE: Produced(_DEGREE_ON, "transform.degree"),
+    OUT_DEGREE: Produced(_DEGREE_ON, "transform.degree"),
+    SVD_PE: Produced("`gtscale shard --svd-rank R` with R > 0", "transform.svd_rank", sized=True),
+    LAP_PE: Produced("`gtscale shard --lap-k K` with K > 0", "transform.lap_k", sized=True),
+    LAP_EIGVAL: Produced("`gtscale shard --lap-k K` with K > 0", "transform.lap_k", sized=True),
+    Y: Produced("a dataset with graph targets", "task.num_targets", sized=True),
+    NODE_Y: Produced("a node-task dataset (sampled subgraphs)"),
+    X_FLOAT: Produced(f"{_GRAPH_EGO} (continuous node features)"),
+    NODE_ID: Produced(_GRAPH_EGO),
+    TARGET_NODES: Produced(_GRAPH_EGO),
+    TARGET_Y: Produced(_GRAPH_EGO),
 }
 
 # --- sentinels -----------------------------------------------------------------------------

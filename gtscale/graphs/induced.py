@@ -43,44 +43,19 @@ import torch
 
 from gtscale.errors import UserError
 from gtscale.format import schema
-from gtscale.graphs.sample import induced_edges
+from gtscale.graphs.sample import induced_edges, node_keys
 from gtscale.graphs.online import StoreLoader
-from gtscale.graphs.splits import mask_split, ratio_split
+from gtscale.graphs.splits import mask_split, node_task_section, ratio_split
 from gtscale.graphs.store import GraphStore
-from gtscale.loader.config import LoaderConfig, derive_seed
+from gtscale.loader.config import LoaderConfig, SeedPurpose, derive_seed
 from gtscale.loader.edge_batch import EdgeBatch
 from gtscale.loader.filler import FILLER_IDX
 from gtscale.loader.slots import ShardStream
 
-#: Purposes mixed into derived seeds (the shard loader uses 0..2, the online ego loader 3).
-_ROUND, _EVAL_PARTS = 4, 5
 #: Default epochs are at least this many rounds (see the module docstring).
 MIN_EPOCH_ROUNDS = 16
 #: Batch fields this loader provides besides node features and edges.
 PROVIDED_KEYS = (schema.TARGET_Y,)
-#: manifest task.type of node tasks (as `gtscale shard graph-ego` writes it).
-NODE_TASK = "node_binary_classification"
-
-
-_M64 = (1 << 64) - 1
-_GOLDEN, _MUL1, _MUL2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB  # splitmix64's
-
-
-def _splitmix(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finalizer on uint64 (in place; wrapping arithmetic): a bijection of 64-bit ints."""
-    x += np.uint64(_GOLDEN)
-    x ^= x >> np.uint64(30)
-    x *= np.uint64(_MUL1)
-    x ^= x >> np.uint64(27)
-    x *= np.uint64(_MUL2)
-    x ^= x >> np.uint64(31)
-    return x
-
-
-def node_keys(seed: int, num_nodes: int) -> np.ndarray:
-    """uint64 [num_nodes]: splitmix64(splitmix64(seed) ^ node), distinct for distinct nodes."""
-    base = _splitmix(np.array([seed & _M64], np.uint64))[0]
-    return _splitmix(np.arange(num_nodes, dtype=np.uint64) ^ base)
 
 
 def part_size(num_nodes: int, fraction: float) -> int:
@@ -97,14 +72,9 @@ def graph_splits(store: GraphStore, train_ratio: float, split_seed: int, mask_co
 def graph_task_manifest(store: GraphStore, splits: dict[str, np.ndarray]) -> dict:
     """What the trainer reads from a shard manifest (task type, label counts, feature width, splits),
     for node tasks sampled from a store instead of read from shards."""
-    def counts(nodes: np.ndarray) -> dict[str, int]:
-        c = np.bincount(np.asarray(store.labels[nodes], np.int64) + 1, minlength=3)  # −1 unknown, 0, 1
-        return {"unknown": int(c[0]), "normal": int(c[1]), "anomalous": int(c[2])}
-
     return {"_dir": str(store.path), "schema_version": schema.SCHEMA_VERSION, "dataset": store.manifest["dataset"],
             "features": {"node_float": int(store.manifest["num_features"])},
-            "task": {"type": NODE_TASK, "num_targets": 1, "target_names": ["anomalous"],
-                     "label_counts": {split: counts(nodes) for split, nodes in splits.items()}},
+            "task": node_task_section(store.labels, splits),
             "splits": {split: {"samples": int(len(nodes))} for split, nodes in splits.items()}}
 
 
@@ -142,7 +112,7 @@ class InducedStream(ShardStream):
     def round_nodes(self, worker: int, round_: int) -> np.ndarray:
         """Training: the sorted nodes of slot (rank, worker) in round `round_` of this epoch: those
         whose key ranks in [s·n, (s+1)·n) (keys are distinct, so the slots' parts are disjoint)."""
-        keys = node_keys(derive_seed(self.config.seed, self.epoch, _ROUND, round_), self.num_nodes)
+        keys = node_keys(derive_seed(self.config.seed, self.epoch, SeedPurpose.INDUCED_ROUND, round_), self.num_nodes)
         n, s = part_size(self.num_nodes, self.fraction), self.slot(worker)
         bounds = np.partition(keys, [s * n, (s + 1) * n - 1])
         return np.flatnonzero((keys >= bounds[s * n]) & (keys <= bounds[(s + 1) * n - 1]))
@@ -150,7 +120,7 @@ class InducedStream(ShardStream):
     def eval_parts(self) -> list[np.ndarray]:
         """Evaluation: every node in exactly one of `eval_part_count` parts, each sorted."""
         if self._parts is None:
-            order = np.random.default_rng(derive_seed(self.config.seed, _EVAL_PARTS)).permutation(self.num_nodes)
+            order = np.random.default_rng(derive_seed(self.config.seed, SeedPurpose.INDUCED_EVAL_PARTS)).permutation(self.num_nodes)
             self._parts = [np.sort(part) for part in np.array_split(order, self.eval_part_count)]
         return self._parts
 

@@ -33,18 +33,18 @@ import numpy as np
 from gtscale.errors import UserError
 from gtscale.format import schema
 from gtscale.format.decode import Record
+from gtscale.format.manifest import check_readable
 from gtscale.graphs.sample import EgoSampler, EgoSubgraph
 from gtscale.graphs.shard_ego import EgoShardOptions, subgraph_records
 from gtscale.graphs.store import MANIFEST, GraphStore
 from gtscale.io import sha256_file
 from gtscale.loader.batch import Batch
-from gtscale.loader.config import LoaderConfig, derive_seed
+from gtscale.loader.config import LoaderConfig, SeedPurpose, derive_seed
 from gtscale.loader.slots import ShardStream
 from gtscale.loader.collate import record_keys
-from gtscale.loader.stream import StreamLoader, _check_manifest, mean_graphs_per_batch
+from gtscale.loader.stream import StreamLoader, mean_graphs_per_batch
+from gtscale.prep.structure import StructureOptions
 
-#: Purpose mixed into the seed of the training target permutation (the shard loader uses 0..2).
-_TARGET_ORDER = 3
 #: Targets sampled at once (the compiled sampler's batch).
 _CHUNK = 256
 #: Targets whose ego node counts size the batches when epoch_batches = 0.
@@ -74,7 +74,7 @@ class EgoStream(ShardStream):
         """The targets of slot (this rank, `worker`) in this epoch; slots' sets are disjoint."""
         order = self.targets
         if self.train:
-            order = np.random.default_rng(derive_seed(self.config.seed, self.epoch, _TARGET_ORDER)).permutation(order)
+            order = np.random.default_rng(derive_seed(self.config.seed, self.epoch, SeedPurpose.EGO_TARGET_ORDER)).permutation(order)
         return order[self.rank + self.world_size * worker :: self.world_size * self.config.workers_per_rank]
 
     def _records(self, worker: int, skipped: list) -> Iterator[Record]:
@@ -131,6 +131,13 @@ def _filler_manifest(store: GraphStore, options: EgoShardOptions) -> dict:
             "transform": asdict(options.structure), "task": {"num_targets": 1}}
 
 
+def ego_options(fanouts: list[int], max_nodes: int, seed: int, svd_rank: int, lap_k: int) -> EgoShardOptions:
+    """The options of `gtscale shard graph-ego --fanouts --max-nodes --sampler-seed --svd-rank
+    --lap-k` (shortest paths and degrees on, as there): the training config's data.graph with
+    sampler ego gets the records those shards would hold."""
+    return EgoShardOptions(StructureOptions(svd_rank=svd_rank, lap_k=lap_k), tuple(fanouts), max_nodes, seed)
+
+
 def build_online_loader(store_path: str | Path, targets: np.ndarray, options: EgoShardOptions, config: LoaderConfig, *, train: bool,
                         rank: int | None = None, world_size: int | None = None) -> OnlineEgoLoader:
     """A loader of the ego subgraphs of `targets` (a split's node ids) sampled from the store.
@@ -150,7 +157,7 @@ def build_online_loader(store_path: str | Path, targets: np.ndarray, options: Eg
     if train and len(targets) < slots:
         raise UserError(f"{store_path}: {len(targets)} target nodes for {slots} rank×worker slots; use fewer workers")
     manifest = _filler_manifest(store, options)
-    _check_manifest(manifest, record_keys(config.keys, config.path_edges_max_dist))  # the structure options make what the model needs
+    check_readable(manifest, record_keys(config.keys, config.path_edges_max_dist))  # the structure options make what the model needs
     epoch_batches = 0
     if train:
         sampler = EgoSampler(store.indptr, store.indices, options.fanouts, options.max_nodes, options.seed)

@@ -24,6 +24,10 @@ import numpy as np
 from gtscale.graphs.csr_check import require_checked
 from gtscale.prep.structure import StructureOptions, structure_many
 
+# splitmix64's finalizer (mix), the hash of every seeded choice of the graph samplers: the ego
+# sampler's neighbour priorities and the induced loader's node keys (graphs/induced.py). It is a
+# bijection of 64-bit integers, so distinct inputs never tie. Compiled as `_mix`; `_mix_py` is the
+# same function in plain Python, for seeds and for the reference BFS of the tests and the bench.
 _M64 = (1 << 64) - 1
 _GOLDEN, _MUL1, _MUL2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 
@@ -47,6 +51,24 @@ def _mix(x):
     x = (x ^ (x >> np.uint64(30))) * np.uint64(_MUL1)
     x = (x ^ (x >> np.uint64(27))) * np.uint64(_MUL2)
     return x ^ (x >> np.uint64(31))
+
+
+def seed_key(seed: int) -> np.uint64:
+    """mix(seed): what the compiled samplers mix their inputs with."""
+    return np.uint64(_mix_py(seed & _M64))
+
+
+@numba.njit(cache=True, nogil=True)
+def _node_keys(key, num_nodes):
+    keys = np.empty(num_nodes, np.uint64)
+    for v in range(num_nodes):
+        keys[v] = _mix(key ^ np.uint64(v))
+    return keys
+
+
+def node_keys(seed: int, num_nodes: int) -> np.ndarray:
+    """uint64 [num_nodes]: mix(mix(seed) ^ node), distinct for distinct nodes (mix is a bijection)."""
+    return _node_keys(seed_key(seed), num_nodes)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -226,7 +248,7 @@ class EgoSampler:
         self.indptr, self.indices = indptr, indices
         self.fanouts = np.asarray(fanouts, np.int64)
         self.max_nodes = int(max_nodes)
-        self.seed_key = np.uint64(_mix_py(seed & _M64))
+        self.seed_key = seed_key(seed)
         self.local = np.full(len(indptr) - 1, -1, np.int32)
         self.bits = np.zeros((len(indptr) + 62) // 64, np.uint64)  # the chosen nodes, as a bitset
         cap = int(self.fanouts.max())

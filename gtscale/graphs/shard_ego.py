@@ -24,6 +24,7 @@ import numpy as np
 from gtscale.format import schema
 from gtscale.format.manifest import merge_parts
 from gtscale.graphs.sample import EgoSampler, EgoSubgraph, ego_structures
+from gtscale.graphs.splits import node_task_section
 from gtscale.graphs.store import MANIFEST, GraphStore
 from gtscale.io import sha256_file
 from gtscale.prep import driver
@@ -92,12 +93,6 @@ def store_records(task: EgoTask, store_path: Path, options: EgoShardOptions) -> 
     return ShardRecords(itertools.chain.from_iterable(batches))
 
 
-def _label_counts(labels: np.ndarray, targets: np.ndarray) -> dict[str, int]:
-    """Targets per class of one split: the trainer's ω = normal / anomalous (ET eq. 22) comes from the train split's."""
-    counts = np.bincount(np.asarray(labels[np.sort(targets)], np.int64) + 1, minlength=3)  # −1 unknown, 0, 1
-    return {"unknown": int(counts[0]), "normal": int(counts[1]), "anomalous": int(counts[2])}
-
-
 def shard_graph_ego(store_path: Path, splits: dict[str, np.ndarray], split_rule: dict, out_dir: Path, options: EgoShardOptions,
                     workers: int = 1, progress: bool = True) -> dict:
     """Write (or complete) the ego shards of every split's targets; returns the manifest."""
@@ -112,8 +107,7 @@ def shard_graph_ego(store_path: Path, splits: dict[str, np.ndarray], split_rule:
         "sources": [{"path": str(Path(store_path) / MANIFEST), "sha256": graph_sha, "bytes": (Path(store_path) / MANIFEST).stat().st_size}],
         "transform": {**asdict(options.structure), "fanouts": list(options.fanouts), "max_nodes": options.max_nodes,
                       "sampler_seed": options.seed, "shard_size": options.shard_size, "split": split_rule},
-        "task": {"type": "node_binary_classification", "num_targets": 1, "target_names": ["anomalous"],
-                 "label_counts": {split: _label_counts(store.labels, t) for split, t in splits.items()}},  # ω of the weighted BCE
+        "task": node_task_section(store.labels, splits),
         "features": {"node_float": store.manifest["num_features"]},
     }
     driver.write_plan(out_dir, run_fingerprint, tasks, {split: len(t) for split, t in splits.items()}, fields)

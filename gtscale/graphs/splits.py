@@ -6,6 +6,9 @@
   BWGNN's code. Nodes with unknown labels (−1) are in no split.
 - `mask_split`: one column of the masks GADBench stores ([N, 20]: columns 0–9 its 40/20/40 splits,
   10–19 the semi-supervised ones).
+
+`node_task_section` is the manifest's task section of a node task on such splits, the same for
+ego shards (`gtscale shard graph-ego`) and for a store sampled online (graphs/induced.py).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from gtscale.errors import UserError
+from gtscale.format.manifest import NODE_TASK
 
 SPLITS = ("train", "val", "test")
 
@@ -37,3 +41,17 @@ def mask_split(masks: dict[str, np.ndarray], column: int, store_name: str = "gra
     if not 0 <= column < width:
         raise UserError(f"{store_name}: mask column {column} outside 0..{width - 1}")
     return {split: np.flatnonzero(np.asarray(masks[split][:, column])) for split in SPLITS}
+
+
+def label_counts(labels: np.ndarray, nodes: np.ndarray) -> dict[str, int]:
+    """Nodes per class among `nodes` (labels −1 unknown, 0 normal, 1 anomalous); sorted first, so a
+    memory-mapped label array is read in order."""
+    counts = np.bincount(np.asarray(labels[np.sort(nodes)], np.int64) + 1, minlength=3)
+    return {"unknown": int(counts[0]), "normal": int(counts[1]), "anomalous": int(counts[2])}
+
+
+def node_task_section(labels: np.ndarray, splits: dict[str, np.ndarray]) -> dict:
+    """The manifest's `task` of anomaly detection on these splits' nodes: its label counts per split
+    give the trainer's ω = normal / anomalous of the weighted BCE (ET eq. 22), from the train split's."""
+    return {"type": NODE_TASK, "num_targets": 1, "target_names": ["anomalous"],
+            "label_counts": {split: label_counts(labels, nodes) for split, nodes in splits.items()}}

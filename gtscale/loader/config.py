@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Literal
 
 import numpy as np
@@ -68,6 +69,19 @@ class LoaderConfig:
     def workers_per_rank(self) -> int:
         """Logical workers (slots) per rank: the in-process loader counts as one."""
         return max(1, self.num_workers)
+
+
+class SeedPurpose(IntEnum):
+    """What a derived seed is for, mixed into `derive_seed` so that the streams of one (seed, epoch)
+    never coincide. Every loader's purposes are listed here, so that no two share a number; the
+    numbers decide the batches of a saved run, so an existing one never changes."""
+
+    SHARD_ORDER = 0  # shard loader: the order of a slot's shards in an epoch
+    SAMPLE_SHUFFLE = 1  # shard loader: the shuffle buffer of (rank, worker)
+    SIGN_FLIP = 2  # shard loader: the eigenvector sign flips of one batch
+    EGO_TARGET_ORDER = 3  # online ego loader (graphs/online.py): the permutation of the training targets
+    INDUCED_ROUND = 4  # induced-subgraph loader (graphs/induced.py): the node keys of one training round
+    INDUCED_EVAL_PARTS = 5  # induced-subgraph loader: the permutation cut into evaluation parts
 
 
 def derive_seed(*parts: int) -> int:

@@ -8,6 +8,7 @@ import numpy as np
 from gtscale.errors import UserError
 from gtscale.format import schema
 from gtscale.format.decode import Record
+from gtscale.format.manifest import manifest_entry
 
 #: Batch.idx of filler graphs; no dataset has a negative idx.
 FILLER_IDX = -1
@@ -15,17 +16,12 @@ FILLER_IDX = -1
 
 def filler_record(manifest: dict, keys: tuple[str, ...]) -> Record:
     """A one-node record with every key in `keys` (record keys), its dimensions read from the manifest."""
-    transform, features, task = manifest.get("transform", {}), manifest.get("features", {}), manifest.get("task", {})
-    dims = {
-        schema.SVD_PE: ("transform.svd_rank", transform.get("svd_rank")),
-        schema.LAP_PE: ("transform.lap_k", transform.get("lap_k")),
-        schema.LAP_EIGVAL: ("transform.lap_k", transform.get("lap_k")),
-        schema.Y: ("task.num_targets", task.get("num_targets")),
-    }
     for key in keys:
-        if key in dims and dims[key][1] is None:
-            raise UserError(f"{manifest.get('_dir', 'manifest')}: no {dims[key][0]}, so a filler batch cannot be shaped like the real ones")
-    svd_rank, lap_k, targets = (int(transform.get("svd_rank") or 0), int(transform.get("lap_k") or 0), int(task.get("num_targets") or 0))
+        produced = schema.PRODUCED.get(key)
+        if produced is not None and produced.sized and manifest_entry(manifest, produced.entry) is None:
+            raise UserError(f"{manifest.get('_dir', 'manifest')}: no {produced.entry}, so a filler batch cannot be shaped like the real ones")
+    svd_rank, lap_k, targets = (int(manifest_entry(manifest, schema.PRODUCED[key].entry) or 0) for key in (schema.SVD_PE, schema.LAP_PE, schema.Y))
+    features = manifest.get("features", {})
     if "node_float" in features:  # continuous node features (sampled subgraphs): no edge attributes
         node_features = {schema.X_FLOAT: np.zeros((1, int(features["node_float"])), np.float16)}
     else:

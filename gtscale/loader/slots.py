@@ -43,10 +43,7 @@ from gtscale.format.decode import Record, decode_record
 from gtscale.format.shardfile import ShardEntry, ShardError, iter_samples, read_shard
 from gtscale.loader.batch import Batch
 from gtscale.loader.collate import collate, record_keys
-from gtscale.loader.config import LoaderConfig, derive_seed
-
-# Purposes mixed into derived seeds, so the streams of one (seed, epoch) never coincide.
-_SHARD_ORDER, _SAMPLE_SHUFFLE, _SIGN_FLIP = 0, 1, 2
+from gtscale.loader.config import LoaderConfig, SeedPurpose, derive_seed
 
 
 class Item(NamedTuple):
@@ -89,7 +86,7 @@ class ShardStream(IterableDataset):
         """The shards a slot reads this epoch: WebDataset's split_by_node then split_by_worker rule."""
         workers = self.config.workers_per_rank
         if self.train:
-            names = [d["url"] for d in wds.SimpleShardList([s.name for s in self.shards], seed=derive_seed(self.config.seed, self.epoch, _SHARD_ORDER))]
+            names = [d["url"] for d in wds.SimpleShardList([s.name for s in self.shards], seed=derive_seed(self.config.seed, self.epoch, SeedPurpose.SHARD_ORDER))]
             by_name = {s.name: s for s in self.shards}
             order = [by_name[name] for name in names]
         else:
@@ -146,7 +143,7 @@ class ShardStream(IterableDataset):
     def _batches(self, worker: int, skipped: list) -> Iterator[list[Record]]:
         records = self._records(worker, skipped)
         if self.train and self.config.shuffle_buffer > 0:
-            rng = random.Random(derive_seed(self.config.seed, self.epoch, _SAMPLE_SHUFFLE, self.rank, worker))
+            rng = random.Random(derive_seed(self.config.seed, self.epoch, SeedPurpose.SAMPLE_SHUFFLE, self.rank, worker))
             records = wds.shuffle(self.config.shuffle_buffer, self.config.shuffle_initial, rng=rng)(records)
         batches = self.config.batcher().batches(((r, r.num_nodes) for r in records), flush=not self.train)
         if self.train:
@@ -163,7 +160,7 @@ class ShardStream(IterableDataset):
         """Collate; under on_error: skip a record collate rejects is dropped and the rest retried."""
         rng = None
         if self.train and self.config.sign_flip:
-            rng = np.random.default_rng(derive_seed(self.config.seed, self.epoch, _SIGN_FLIP, self.rank, worker, ordinal))
+            rng = np.random.default_rng(derive_seed(self.config.seed, self.epoch, SeedPurpose.SIGN_FLIP, self.rank, worker, ordinal))
         while True:
             try:
                 return collate(records, self.config.keys, self.config.path_edges_max_dist, rng)

@@ -37,9 +37,8 @@ import webdataset as wds
 from torch.utils.data import DataLoader
 
 from gtscale.errors import UserError
-from gtscale.format import schema
 from gtscale.format.decode import decode_array
-from gtscale.format.manifest import load_manifest
+from gtscale.format.manifest import check_readable, load_manifest
 from gtscale.format.shardfile import ShardEntry, ShardError, iter_samples, manifest_shards, read_shard
 from gtscale.loader.batch import Batch
 from gtscale.loader.collate import collate, record_keys
@@ -202,26 +201,6 @@ class StreamLoader:
 
 
 # --- construction ------------------------------------------------------------------------------------
-#: Which manifest transform/task entry tells whether the shards hold a key: key → (section, entry).
-_PRODUCED_IF = {
-    schema.SPD: ("transform", "spd"), schema.PRED: ("transform", "spd"),
-    schema.IN_DEGREE: ("transform", "degree"), schema.OUT_DEGREE: ("transform", "degree"),
-    schema.SVD_PE: ("transform", "svd_rank"), schema.LAP_PE: ("transform", "lap_k"), schema.LAP_EIGVAL: ("transform", "lap_k"),
-    schema.Y: ("task", "num_targets"),
-}
-
-
-def _check_manifest(manifest: dict, keys: tuple[str, ...]) -> None:
-    where = manifest.get("_dir", "manifest")
-    if manifest.get("schema_version") not in schema.READABLE_SCHEMA_VERSIONS:
-        raise UserError(f"{where}: shards have schema_version {manifest.get('schema_version')!r}, this loader reads {schema.READABLE_SCHEMA_VERSIONS}; re-shard")
-    for key in keys:
-        section, entry = _PRODUCED_IF.get(key, (None, None))
-        value = manifest.get(section, {}).get(entry) if section else None
-        if value is not None and not value:
-            raise UserError(f"{where}: the shards hold no {key!r}, which this model needs; it is produced by {schema.PRODUCED_BY[key]}")
-
-
 def estimate_graphs_per_batch(shards: list[ShardEntry], config: LoaderConfig) -> float:
     """Mean graphs per batch of `config`'s batcher on node counts from the first shards (deterministic)."""
     if config.batching == "graphs":
@@ -268,7 +247,7 @@ def build_loader(manifest: dict | str | Path, split: str, config: LoaderConfig, 
     if not shards:
         raise UserError(f"{manifest.get('_dir', 'manifest')}: split {split!r} has no shards")
     keys = record_keys(config.keys, config.path_edges_max_dist)
-    _check_manifest(manifest, keys)
+    check_readable(manifest, keys)
     epoch_batches = 0
     if train:
         slots = world_size * config.workers_per_rank

@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 
-from gtscale.train.config import load_train_config
+from gtscale.train.preflight import load_train_config
 from gtscale.train.launch_env import rendezvous_env
 
 

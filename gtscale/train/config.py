@@ -2,10 +2,11 @@
 
     gtscale train configs/tasks/nci-tpsa.yaml deepspeed.zero_stage=3 schedule.total_steps=2000
 
-Unknown keys, wrong types, values out of range (`RANGES`), missing shard directories, an evaluator
-that does not fit the shards' targets and a head the model cannot carry are reported as one line
-naming the key or path (exit status 2), before any process group starts. The resolved
-configuration is saved as `config.yaml` in the run directory.
+This module is the schema: dataclasses, `RANGES` and `read_train_config`, which reports unknown
+keys, wrong types and values out of range as one line naming the key (exit status 2). Whether the
+configuration fits its data and model (shard directories, evaluator ↔ the shards' targets, a head
+the model can carry) is `preflight.py`'s question, asked with the same one-line errors before any
+process group starts. The resolved configuration is saved as `config.yaml` in the run directory.
 """
 
 from __future__ import annotations
@@ -27,12 +28,19 @@ class GraphDataConfig:
 
     store: str  # the store's folder (graph.json)
     # induced: each batch the subgraph induced by a random `fraction` of the nodes, as an EdgeBatch
-    # (models that take one: sparse ET, MNA-GT); its targets are the split's nodes in it
-    sampler: Literal["induced"] = "induced"
-    fraction: float = 0.05  # ET paper, App. C: 5 % of the nodes per sample (T-Social, T-Finance)
+    # (models that take one: sparse ET, MNA-GT); its targets are the split's nodes in it.
+    # ego: each target node's ego subgraph, sampled as `gtscale shard graph-ego` samples it with the
+    # ego options below, as padded Batches (the dense models: EGT, Graphormer)
+    sampler: Literal["induced", "ego"] = "induced"
+    fraction: float = 0.05  # induced: ET paper, App. C: 5 % of the nodes per sample (T-Social, T-Finance)
     train_ratio: float = 0.4  # BWGNN / ET split: stratified training share, the rest 1:2 into val / test
     split_seed: int = 0
     mask_column: Optional[int] = None  # a stored mask column (GADBench: 0..19) instead of the ratio split
+    fanouts: list[int] = field(default_factory=lambda: [16, 16])  # ego: per-hop fan-out caps (graph-ego --fanouts)
+    max_nodes: int = 64  # ego: node cap of an ego subgraph (--max-nodes)
+    sampler_seed: int = 0  # ego: the sampler's priority seed (--sampler-seed)
+    svd_rank: int = 8  # ego: r of EGT's SVD encoding, 0 = off (--svd-rank)
+    lap_k: int = 0  # ego: Laplacian eigenpairs, 0 = off (--lap-k)
 
 
 @dataclass
@@ -198,6 +206,10 @@ RANGES: dict[str, tuple[Callable[[Any, "TrainConfig"], bool], str]] = {
     "data.graph.fraction": (lambda v, _: math.isfinite(v) and 0 < v <= 1, "in (0, 1]"),
     "data.graph.train_ratio": (lambda v, _: math.isfinite(v) and 0 < v < 1, "strictly between 0 and 1"),
     "data.graph.mask_column": (lambda v, _: v >= 0, ">= 0"),
+    "data.graph.fanouts": (lambda v, _: len(v) >= 1 and all(f >= 1 for f in v), "one or more fan-outs, each >= 1"),
+    "data.graph.max_nodes": (lambda v, _: 1 <= v <= 65535, "in 1..65535"),
+    "data.graph.svd_rank": (lambda v, _: v >= 0, ">= 0 (0 = off)"),
+    "data.graph.lap_k": (lambda v, _: v >= 0, ">= 0 (0 = off)"),
     "task.target_scale": (_finite(0.0, low_open=True), "> 0"),
     "task.target_shift": (lambda v, _: math.isfinite(v), "finite"),
     "task.anomaly_weight": (lambda v, _: v == "auto" or (math.isfinite(v) and v > 0), "auto or a number > 0"),
@@ -230,8 +242,10 @@ MODEL_CHOSEN_LOADER_KEYS = ("keys", "path_edges_max_dist")
 RUN_RECORD_KEYS = ("model_resolved", "world_size", "backend")
 
 
-def load_train_config(path: str | Path, overrides: list[str]) -> TrainConfig:
-    """Config file + dotted overrides → TrainConfig, checked; relative paths are taken from the cwd."""
+def read_train_config(path: str | Path, overrides: list[str]) -> TrainConfig:
+    """Config file + dotted overrides → TrainConfig: types, RANGES and the keys the model sets.
+    Reads no shards and builds no model: `preflight.load_train_config` adds those cross-checks.
+    Relative paths are taken from the cwd."""
     raw = load_yaml(path)
     # `deepspeed` may name a preset (also from the command line); deepspeed.* overrides go on top.
     on_preset = [o for o in overrides if o.startswith("deepspeed.")]
@@ -247,76 +261,7 @@ def load_train_config(path: str | Path, overrides: list[str]) -> TrainConfig:
     for key in MODEL_CHOSEN_LOADER_KEYS:
         if key in raw["data"].get("loader", {}):
             raise UserError(f"data.loader.{key}: set by the model (the Batch fields it reads), not by the config; remove it")
-    from gtscale.models import parse_model_config
-    from gtscale.train.data_source import task_manifest
-    from gtscale.train.task_model import check_task_model, task_model_config
-
-    contents = task_manifest(cfg.data)
-    manifest = contents["_dir"]
-    parse_model_config(task_model_config(cfg, contents))  # the model's own keys, checked here too
-    num_targets = int(contents.get("task", {}).get("num_targets", 1))
-    check_task(cfg.task, num_targets, manifest, contents.get("task", {}).get("type", GRAPH_TASK))
-    if "num_outputs" in cfg.task.head:  # like the loader keys: replaced, so never silently
-        raise UserError(f"task.head.num_outputs: set by the shards' number of targets ({num_targets} in {manifest}), not by the config; remove it")
-    check_task_model(cfg, num_targets, contents)  # task.head and task.aux_distance fit the model
-    splits = contents["splits"]
-    for key in ("train_split", "eval_split"):
-        if getattr(cfg.data, key) not in splits:
-            raise UserError(f"data.{key}: {getattr(cfg.data, key)!r} is not a split of {manifest} (has {', '.join(splits)})")
-    if contents.get("task", {}).get("type") == NODE_TASK:
-        from gtscale.train.node_task import resolve_anomaly_weight
-
-        resolve_anomaly_weight(cfg.task, contents, cfg.data.train_split)  # auto needs both classes in the train split
-    if cfg.init_from is not None and not Path(cfg.init_from).is_file():
-        raise UserError(f"init_from: {cfg.init_from} not found (write it with `gtscale export RUN_DIR`)")
     return cfg
-
-
-#: manifest task.type of node shards (`gtscale shard graph-ego`); any other type is a graph task.
-NODE_TASK = "node_binary_classification"
-GRAPH_TASK = "graph"
-#: The evaluator of node shards, and what it reports (all higher is better).
-NODE_EVALUATOR = "node-anomaly"
-NODE_METRICS = ("auroc", "auprc", "macro_f1", "rec_at_k")
-
-
-def check_task(task: TaskConfig, num_targets: int, manifest: Path | str = "the shards", task_type: str = GRAPH_TASK) -> None:
-    """The evaluator must exist, fit the shards' task type and number of targets and report the
-    metric that selects the best checkpoint; the loss must suit the metric."""
-    if (task_type == NODE_TASK) != (task.evaluator == NODE_EVALUATOR):
-        if task_type == NODE_TASK:
-            raise UserError(f"task.evaluator: {manifest} holds node-task shards ({NODE_TASK}); use evaluator {NODE_EVALUATOR!r} with loss node_bce")
-        raise UserError(f"task.evaluator: {NODE_EVALUATOR!r} needs node-task shards (`gtscale shard graph-ego`), but {manifest} holds a graph task")
-    if task.evaluator == NODE_EVALUATOR:
-        if task.loss != "node_bce":
-            raise UserError(f"task.loss: {task.loss!r} does not suit evaluator {NODE_EVALUATOR!r} (use node_bce)")
-        if task.metric not in NODE_METRICS:
-            raise UserError(f"task.metric: {task.metric!r} is not reported by evaluator {NODE_EVALUATOR!r} (it reports {', '.join(NODE_METRICS)})")
-        if task.aux_distance is not None:
-            raise UserError("task.aux_distance: not supported for node tasks (remove it)")
-        return
-    if task.loss == "node_bce":
-        raise UserError(f"task.loss: 'node_bce' needs evaluator {NODE_EVALUATOR!r} on node-task shards")
-    if task.evaluator == "pcqm4mv2":
-        reported, tasks = {"mae", "rmse"}, 1
-    elif task.evaluator == "regression":
-        reported, tasks = {"mae", "rmse"}, num_targets
-    else:
-        from ogb.graphproppred import Evaluator
-
-        try:
-            evaluator = Evaluator(task.evaluator)
-        except (KeyError, ValueError):
-            raise UserError(f"task.evaluator: {task.evaluator!r} is neither pcqm4mv2, regression nor an OGB graph property dataset (ogbg-molhiv, ogbg-molpcba, …)") from None
-        reported, tasks = {evaluator.eval_metric}, evaluator.num_tasks
-    if num_targets != tasks:
-        raise UserError(f"task.evaluator: {task.evaluator!r} scores {tasks} target(s) but {manifest} has {num_targets}; choose an evaluator for {num_targets} target(s)")
-    if task.metric not in reported:
-        raise UserError(f"task.metric: {task.metric!r} is not reported by evaluator {task.evaluator!r} (it reports {', '.join(sorted(reported))})")
-    if task.metric in NODE_METRICS:
-        raise UserError(f"task.metric: {task.metric!r} is reported by evaluator {NODE_EVALUATOR!r} only (node tasks)")
-    if (task.loss == "bce") != (task.metric not in ERROR_METRICS):
-        raise UserError(f"task.loss: {task.loss!r} does not suit metric {task.metric!r} (bce for rocauc/ap, l1 or mse for mae/rmse)")
 
 
 def resolve_model_config(cfg: TrainConfig) -> dict:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from gtscale.errors import EXIT_USER_ERROR, UserError
 from gtscale.train import checkpoint
-from gtscale.train.config import load_train_config
+from gtscale.train.preflight import load_train_config
 
 EXIT_PREEMPTED = 75  # trainer.EXIT_PREEMPTED (not imported: that would load DeepSpeed in the launcher)
 FORWARDED = (signal.SIGTERM, signal.SIGUSR1)

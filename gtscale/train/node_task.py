@@ -1,14 +1,15 @@
 """Node anomaly detection in the trainer: the loss at the target nodes, the metrics of the gathered
-predictions and the features-only baseline (shards of `gtscale shard graph-ego`).
+predictions and the features-only baseline (shards of `gtscale shard graph-ego`), behind the task
+interface of tasks.py as `NodeTask`.
 
 A node-task batch holds one ego subgraph per target; the model's node head scores every node and
 `target_predictions` reads the scores at the target nodes. The loss is node_metrics.node_bce (ET
 eq. 22) with ω = task.anomaly_weight, by default #normal / #anomalous of the train split's targets
 (the manifest's task.label_counts, counted by the sharder).
 
-Batches are dense `Batch`es of ego subgraphs (shards, targets at `target_node`) or `EdgeBatch`es
-of node-induced subgraphs (data.graph, targets at `target`); both carry target_id / target_y /
-target_y_mask, and `target_scores` reads either.
+Batches are dense `Batch`es of ego subgraphs (shards, or data.graph with sampler ego; targets at
+`target_node`) or `EdgeBatch`es of node-induced subgraphs (data.graph with sampler induced; targets
+at `target`); both carry target_id / target_y / target_y_mask, and `target_scores` reads either.
 
 Threshold. Macro-F1 needs a decision threshold, which the papers choose on the validation nodes and
 apply unchanged to the test nodes (node_metrics.evaluate_splits). The trainer evaluates the
@@ -26,11 +27,12 @@ import torch.nn.functional as F
 from gtscale.errors import UserError
 from gtscale.format import schema
 from gtscale.loader.batch import Batch
-from gtscale.loader.config import LoaderConfig
 from gtscale.loader.edge_batch import EdgeBatch
-from gtscale.train.config import TaskConfig
+from gtscale.train.config import TaskConfig, TrainConfig
+from gtscale.train.data_source import split_features
 from gtscale.train.distributed_eval import target_predictions
 from gtscale.train.node_metrics import choose_threshold, node_metrics
+from gtscale.train.run_log import RunLog
 
 
 def resolve_anomaly_weight(task: TaskConfig, manifest: dict, train_split: str) -> float:
@@ -97,21 +99,6 @@ def validation_threshold(scores: np.ndarray, labels: np.ndarray) -> float:
     return choose_threshold(labels, scores[known])
 
 
-def target_features(manifest: dict, split: str) -> tuple[np.ndarray, np.ndarray]:
-    """(features [n, F], labels [n]) of a split's labelled targets, read from the shards (the target
-    node's x_float, as the model sees it): one pass over the split in this process."""
-    from gtscale.loader.stream import build_loader
-
-    config = LoaderConfig(batching="graphs", batch_size=256, bucketing=False, num_workers=0, keys=[schema.TARGET_Y], sign_flip=False)
-    features, labels = [], []
-    for batch in build_loader(manifest, split, config, train=False, rank=0, world_size=1):
-        _, values = target_predictions(batch, batch.node_feat_float)
-        keep = batch.target_y_mask.reshape(-1)
-        features.append(values[keep].numpy())
-        labels.append(batch.target_y.reshape(-1)[keep].numpy())
-    return np.concatenate(features), np.concatenate(labels).astype(np.int64)
-
-
 def features_baseline(train: tuple[np.ndarray, np.ndarray], test: tuple[np.ndarray, np.ndarray]) -> dict[str, float]:
     """AUROC and AUPRC on the eval split's (features, labels) `test` of a logistic regression
     (scikit-learn; standardised features, balanced class weights) fit on the train split's `train`:
@@ -128,3 +115,47 @@ def features_baseline(train: tuple[np.ndarray, np.ndarray], test: tuple[np.ndarr
     scores = model.decision_function(test_x)
     return {"baseline_auroc": float(roc_auc_score(test_y, scores)), "baseline_auprc": float(average_precision_score(test_y, scores)),
             "baseline_train_nodes": int(train_y.size), "baseline_eval_nodes": int(test_y.size)}
+
+
+class NodeTask:
+    """Node anomaly detection (tasks.Task): targets at the target nodes (target_y, target_y_mask),
+    weighted BCE with ω, one row per target node keyed by its global id; Macro-F1's threshold is
+    calibrated on the validation split (data.eval_split)."""
+
+    target_key = schema.TARGET_Y
+    speed_in_nodes = True
+
+    def __init__(self, cfg: TrainConfig, manifest: dict):
+        self.cfg, self.manifest = cfg, manifest
+        self.pos_weight = resolve_anomaly_weight(cfg.task, manifest, cfg.data.train_split)
+        self.calibration_split = cfg.data.eval_split
+
+    def labelled(self, batch: Batch | EdgeBatch) -> int:
+        return labelled_targets(batch)
+
+    def loss(self, batch: Batch | EdgeBatch, scores: torch.Tensor) -> torch.Tensor:
+        return node_task_loss(batch, scores, self.pos_weight)
+
+    def prediction_rows(self, batch: Batch | EdgeBatch, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keyed by global node id; padding targets and filler graphs carry FILLER_IDX."""
+        ids, pred = target_scores(batch, scores)
+        target = torch.where(batch.target_y_mask, batch.target_y.float(), torch.nan).reshape(-1)
+        return ids, torch.stack([pred, target], dim=1)
+
+    def target_totals(self, batch: Batch | EdgeBatch) -> None:
+        return None  # no mean predictor for a classification
+
+    def metrics(self, y_pred: np.ndarray, y_true: np.ndarray, calibration: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, float]:
+        threshold = None if calibration is None else validation_threshold(calibration[0][:, 0], calibration[1][:, 0])
+        return evaluate_nodes(y_pred[:, 0], y_true[:, 0], threshold)
+
+    def log_start(self, log: RunLog, step: int) -> None:
+        """ω, and the features-only baseline on the same train/eval targets."""
+        data = self.cfg.data
+        log.message(f"node task: weighted BCE with anomaly weight ω = {self.pos_weight:.4f}; Macro-F1's threshold is chosen on "
+                    f"{data.eval_split!r} itself (`gtscale evaluate RUN --split test` applies the validation one to test)")
+        if not self.cfg.task.features_baseline:
+            return
+        baseline = features_baseline(split_features(data, self.manifest, data.train_split), split_features(data, self.manifest, data.eval_split))
+        log.metrics(step, "baseline", baseline)
+        log.message(f"features-only logistic regression on {data.eval_split}: baseline_auroc {baseline['baseline_auroc']:.4f} baseline_auprc {baseline['baseline_auprc']:.4f}")

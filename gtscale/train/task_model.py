@@ -9,11 +9,12 @@ from torch import nn
 from gtscale.config import from_dict, to_dict
 from gtscale.errors import UserError
 from gtscale.format import schema
+from gtscale.format.manifest import is_node_task
 from gtscale.loader.batch import Batch
 from gtscale.models.config import HeadConfig
 from gtscale.models.export import ExportedModel, read_weights
 from gtscale.models.heads import head_input_dim
-from gtscale.train.config import NODE_TASK, TrainConfig, resolve_model_config
+from gtscale.train.config import TrainConfig, resolve_model_config
 
 
 class GraphTaskModel(ExportedModel):
@@ -32,11 +33,6 @@ class GraphTaskModel(ExportedModel):
         if self.distance_head is not None and self.training:
             aux = self.distance_head.distance_loss(self.distance_head(outputs), batch)
         return self.head(outputs), aux
-
-
-def is_node_task(manifest: dict | None) -> bool:
-    """Whether the shards hold node targets (`gtscale shard graph-ego`) rather than graph targets."""
-    return manifest is not None and manifest.get("task", {}).get("type") == NODE_TASK
 
 
 def task_model_config(cfg: TrainConfig, manifest: dict | None = None) -> dict:
@@ -80,12 +76,17 @@ def _check_fits(head_cfg: HeadConfig, backbone: nn.Module, key: str) -> None:
 def check_task_model(cfg: TrainConfig, num_targets: int, manifest: dict | None = None) -> None:
     """Build the task model on the meta device (shapes only, no memory, no initialisation cost), so
     that task.head and task.aux_distance are checked with the rest of the config, before any
-    process group starts; and that a model fed EdgeBatches (data.graph) takes them."""
+    process group starts; and that a model sampled a graph store (data.graph) takes what the
+    sampler gives: EdgeBatches (induced) or padded Batches (ego)."""
     with torch.device("meta"):
         model, model_cfg = build_task_model(cfg, num_targets, manifest)
-    if cfg.data.graph is not None and not getattr(model.backbone, "takes_edge_batch", False):
-        raise UserError(f"model: {model_cfg.get('name')!r} takes padded dense batches; data.graph (sampler {cfg.data.graph.sampler}) "
-                        "gives edge lists of whole subgraphs: use the sparse ET (form: sparse) or MNA-GT")
+    graph, takes_edges = cfg.data.graph, getattr(model.backbone, "takes_edge_batch", False)
+    if graph is not None and graph.sampler == "induced" and not takes_edges:
+        raise UserError(f"model: {model_cfg.get('name')!r} takes padded dense batches; data.graph (sampler induced) "
+                        "gives edge lists of whole subgraphs: use the sparse ET (form: sparse) or MNA-GT, or data.graph.sampler: ego")
+    if graph is not None and graph.sampler == "ego" and takes_edges:
+        raise UserError(f"model: {model_cfg.get('name')!r} takes edge lists; data.graph (sampler ego) gives padded dense batches "
+                        "of ego subgraphs: use data.graph.sampler: induced, or a dense model (EGT, Graphormer)")
 
 
 def load_backbone(model: GraphTaskModel, path: str) -> int:
@@ -125,12 +126,12 @@ def _names(keys: list[str], limit: int = 6) -> str:
     return ", ".join(keys[:limit]) + (f", … {len(keys) - limit} more" if len(keys) > limit else "")
 
 
-def loader_keys(backbone: nn.Module, model_cfg: dict, node_task: bool = False) -> tuple[list[str], int]:
-    """Optional Batch fields the model reads (+ targets: target_y for node shards, y for graph
-    shards), and the path-edge distance it needs."""
+def loader_keys(backbone: nn.Module, model_cfg: dict, target_key: str = schema.Y) -> tuple[list[str], int]:
+    """Optional Batch fields the model reads (+ the task's targets, Task.target_key: y for graph
+    shards, target_y for node shards), and the path-edge distance it needs."""
     from gtscale.loader.collate import BATCH_KEYS
 
     fields = [f for f in backbone.batch_fields if f in BATCH_KEYS and f != "path_edges"]
     path_dist = int(model_cfg.get("multi_hop_max_dist", 0)) if "path_edges" in backbone.batch_fields else 0
-    return sorted(set(fields) | {schema.TARGET_Y if node_task else schema.Y}), path_dist
+    return sorted(set(fields) | {target_key}), path_dist
 

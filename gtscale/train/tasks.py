@@ -1,17 +1,123 @@
-"""Losses and evaluation of graph-level tasks. Metrics come from OGB's own evaluators.
+"""The task interface, and graph-level tasks behind it.
 
-Targets arrive as Batch.y with y_mask (False where unlabelled: MolPCBA's missing labels, hidden
-test labels); losses average over labelled entries only.
+A task says which targets of a batch are labelled, their loss, the prediction rows evaluation
+gathers, and the metrics of the gathered rows (`Task`). The trainer and `gtscale evaluate` hold one
+(`build_task`) and know nothing else of the kind of task: graph tasks here (targets Batch.y,
+one row per graph keyed by its source idx), node tasks in node_task.py (targets at the target
+nodes, one row per target node keyed by its global id). `predict` is the one loop that turns a
+split's batches into rows, on every rank of the trainer and in the single process of evaluate.
+
+Graph tasks. Targets arrive as Batch.y with y_mask (False where unlabelled: MolPCBA's missing
+labels, hidden test labels); losses average over labelled entries only. Metrics come from OGB's
+own evaluators.
 """
 
 from __future__ import annotations
+
+from typing import Callable, Iterable, Optional, Protocol
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from gtscale.errors import UserError
-from gtscale.train.config import TaskConfig
+from gtscale.format import schema
+from gtscale.format.manifest import is_node_task
+from gtscale.loader.batch import Batch
+from gtscale.loader.edge_batch import EdgeBatch
+from gtscale.train.config import TaskConfig, TrainConfig
+from gtscale.train.distributed_eval import gather_predictions
+from gtscale.train.node_task import NodeTask
+from gtscale.train.run_log import RunLog
+
+#: (y_pred [n, T], y_true [n, T]) of one split, NaN where unlabelled: what metrics are computed from.
+Rows = tuple[np.ndarray, np.ndarray]
+
+
+class Task(Protocol):
+    """What the trainer and `gtscale evaluate` ask of a task."""
+
+    #: The Batch field of its targets, which the loader must provide (y, or target_y at target nodes).
+    target_key: str
+    #: The split whose rows calibrate its metrics on another split (node tasks: Macro-F1's
+    #: threshold, chosen on the validation split); None when metrics need no calibration.
+    calibration_split: Optional[str]
+    #: Whether its progress bar counts nodes/s rather than graphs/s (a node task's batch may be one
+    #: induced subgraph of 289k nodes: 0.08 graphs/s says nothing).
+    speed_in_nodes: bool
+
+    def labelled(self, batch: Batch | EdgeBatch) -> int:
+        """Labelled targets of the batch: what weighs its mean loss in an optimizer step."""
+
+    def loss(self, batch: Batch | EdgeBatch, scores: torch.Tensor) -> torch.Tensor:
+        """Mean loss over the batch's labelled targets; 0 (with a graph to the scores) when none is."""
+
+    def prediction_rows(self, batch: Batch | EdgeBatch, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(key [n], [prediction ‖ target] [n, 2T]) rows of the batch (target NaN where unlabelled);
+        rows keyed FILLER_IDX (filler graphs, padding targets) are dropped when gathered."""
+
+    def target_totals(self, batch: Batch | EdgeBatch) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(sum, count) [T] of the batch's labelled targets, for the mean predictor; None: not tracked."""
+
+    def metrics(self, y_pred: np.ndarray, y_true: np.ndarray, calibration: Rows | None = None) -> dict[str, float]:
+        """Metrics of one split's gathered rows; `calibration`: the rows of calibration_split
+        (None: calibrate on these rows themselves, as while training)."""
+
+    def log_start(self, log: RunLog, step: int) -> None:
+        """What rank 0 reports once per job before training (node tasks: ω and a features-only baseline)."""
+
+
+def build_task(cfg: TrainConfig, manifest: dict) -> Task:
+    """The task of the shards' manifest (or a graph store's): node or graph targets."""
+    return NodeTask(cfg, manifest) if is_node_task(manifest) else GraphTask(cfg.task)
+
+
+@torch.no_grad()
+def predict(task: Task, model: Callable, batches: Iterable, to_device: Callable, expected: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(idx, y_pred, y_true) of every sample of `batches`, sorted by idx, gathered over the ranks of
+    the process group when there is one (every rank must then call it with as many batches: see
+    distributed_eval.lockstep). `model(batch)[0]` are the task scores of a batch on its device.
+    With `expected`, exactly that many samples must arrive (distributed_eval.gather_predictions)."""
+    idx, rows = [], []
+    for batch in batches:
+        batch = to_device(batch)
+        keys, values = task.prediction_rows(batch, model(batch)[0])
+        idx.append(keys)
+        rows.append(values)
+    all_idx, all_rows = gather_predictions(idx, rows, expected=expected)
+    t = all_rows.shape[1] // 2 if all_rows.dim() == 2 else 0
+    return all_idx.numpy(), all_rows[:, :t].numpy(), all_rows[:, t:].numpy()
+
+
+class GraphTask:
+    """Graph-level regression or classification (Task): targets Batch.y, one row per graph."""
+
+    target_key = schema.Y
+    calibration_split = None
+    speed_in_nodes = False
+
+    def __init__(self, task: TaskConfig):
+        self.task = task
+
+    def labelled(self, batch: Batch) -> int:
+        return int(batch.y_mask.sum())
+
+    def loss(self, batch: Batch, scores: torch.Tensor) -> torch.Tensor:
+        return task_loss(scores, batch.y, batch.y_mask, self.task)
+
+    def prediction_rows(self, batch: Batch, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        target = torch.where(batch.y_mask, batch.y.float(), torch.nan)
+        return batch.idx, torch.cat([predictions(scores, self.task), target], dim=1)
+
+    def target_totals(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        mask = batch.y_mask
+        return torch.where(mask, batch.y, 0).double().sum(0), mask.double().sum(0)
+
+    def metrics(self, y_pred: np.ndarray, y_true: np.ndarray, calibration: Rows | None = None) -> dict[str, float]:
+        return evaluate(y_pred, y_true, self.task)
+
+    def log_start(self, log: RunLog, step: int) -> None:
+        """Nothing to report: graph tasks have no weights or baselines of their own."""
 
 
 def task_loss(scores: torch.Tensor, y: torch.Tensor, y_mask: torch.Tensor, task: TaskConfig) -> torch.Tensor:
@@ -52,7 +158,7 @@ def multitarget_regression(y_pred: np.ndarray, y_true: np.ndarray) -> dict[str, 
 def evaluate(y_pred: np.ndarray, y_true: np.ndarray, task: TaskConfig) -> dict[str, float]:
     """{metric: value} from OGB's evaluator on gathered predictions [n, T] and targets (NaN = unlabelled).
 
-    pcqm4mv2 scores one target (config.check_task refuses more): OGB's PCQM4Mv2Evaluator gives the
+    pcqm4mv2 scores one target (preflight.check_task refuses more): OGB's PCQM4Mv2Evaluator gives the
     MAE, scikit-learn the RMSE of the same labelled rows. An ogbg evaluator scores every column
     (ogbg-molesol, -molfreesolv, -mollipo report rmse; ogbg-molhiv rocauc; ogbg-molpcba ap)."""
     if task.evaluator == "pcqm4mv2":

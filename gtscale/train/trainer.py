@@ -29,11 +29,12 @@ W ranks, so the trainer back-propagates W·G times that contribution. EGT's auxi
 is weighted the same way over the scored node pairs (hop count ≤ ν) of the step: κ times the mean
 cross-entropy over every scored pair the step saw.
 
-Node tasks (ego-subgraph shards, manifest task.type node_binary_classification, or a graph store
-sampled online into EdgeBatches of node-induced subgraphs, data.graph; node_task.py, data_source.py):
-the labelled targets are the target nodes (target_y_mask), the loss is the weighted BCE of the node
-head's scores at them, and evaluation gathers (global node id, score, label) rows, keyed by node
-id, once across ranks; the rest (weighting, collectives, lockstep) is the graph tasks' own.
+Tasks. The trainer holds one `tasks.Task` and knows nothing else of the kind of task: which
+targets of a batch are labelled, their loss, the prediction rows evaluation gathers and their
+metrics are the task's. Graph tasks (tasks.GraphTask) label graphs; node tasks (node_task.NodeTask:
+ego-subgraph shards, manifest task.type node_binary_classification, or a graph store sampled
+online, data.graph, into ego subgraphs or EdgeBatches of node-induced subgraphs) label target nodes
+and key their rows by global node id. Weighting, collectives and lockstep are the same for both.
 
 Non-finite losses. A step whose loss is non-finite on any rank is skipped by every rank: its
 gradients are set to zero (deepspeed.utils.safe_set_full_grad) and the optimizer steps with learning
@@ -64,18 +65,17 @@ import yaml
 from gtscale.config import to_dict
 from gtscale.loader.batch import Batch
 from gtscale.loader.edge_batch import EdgeBatch
-from gtscale.train.distributed_eval import EvaluationStopped, gather_predictions, lockstep
+from gtscale.train.distributed_eval import EvaluationStopped, lockstep
 from gtscale.errors import UserError
 from gtscale.io import atomic_write_text
 from gtscale.train import checkpoint
 from gtscale.train.config import TrainConfig
-from gtscale.train.data_source import split_features, split_loader, task_manifest
+from gtscale.train.data_source import split_loader, task_manifest
 from gtscale.train.engine_config import deepspeed_config, lr_scheduler, param_groups
 from gtscale.train.run_log import RunLog
 from gtscale.train.stop_signals import StopSignals
-from gtscale.train.node_task import evaluate_nodes, features_baseline, labelled_targets, node_task_loss, resolve_anomaly_weight, target_scores
-from gtscale.train.task_model import build_task_model, is_node_task, load_backbone, loader_keys
-from gtscale.train.tasks import evaluate, predictions, task_loss
+from gtscale.train.task_model import build_task_model, load_backbone, loader_keys
+from gtscale.train.tasks import build_task, predict
 from gtscale.train.throughput import StepResult, ThroughputWindow, progress_rate, real_nodes
 
 #: Exit status after checkpointing on SIGTERM / SIGUSR1: "stopped for preemption, requeue me".
@@ -104,12 +104,11 @@ class Trainer:
 
         self.manifest = task_manifest(cfg.data)  # shards' manifest, or the same keys for a graph store
         num_targets = int(self.manifest["task"]["num_targets"])
-        self.node_task = is_node_task(self.manifest)
-        self.pos_weight = resolve_anomaly_weight(cfg.task, self.manifest, cfg.data.train_split) if self.node_task else 1.0
+        self.task = build_task(cfg, self.manifest)
         model, self.model_cfg = build_task_model(cfg, num_targets, self.manifest)
         if cfg.init_from is not None:
             load_backbone(model, cfg.init_from)
-        keys, path_dist = loader_keys(model.backbone, self.model_cfg, self.node_task)
+        keys, path_dist = loader_keys(model.backbone, self.model_cfg, self.task.target_key)
         loader_cfg = cfg.data.loader
         loader_cfg.keys, loader_cfg.path_edges_max_dist = keys, path_dist
         # Page-locked batches make the host→GPU copies asynchronous (non_blocking below).
@@ -146,19 +145,8 @@ class Trainer:
             atomic_write_text(self.run_dir / "config.yaml", yaml.safe_dump(resolved, sort_keys=False))
         dist.barrier()
         self.log = RunLog(self.run_dir, self.rank == 0, cfg.logging.tensorboard, cfg.logging.progress, cfg.schedule.total_steps, self.step)
-        if self.node_task and self.rank == 0:
-            self._log_node_task_start()
-
-    def _log_node_task_start(self) -> None:
-        """Rank 0, once per job: ω, and the features-only baseline on the same train/eval targets."""
-        data = self.cfg.data
-        self.log.message(f"node task: weighted BCE with anomaly weight ω = {self.pos_weight:.4f}; Macro-F1's threshold is chosen on "
-                         f"{data.eval_split!r} itself (`gtscale evaluate RUN --split test` applies the validation one to test)")
-        if not self.cfg.task.features_baseline:
-            return
-        baseline = features_baseline(split_features(data, self.manifest, data.train_split), split_features(data, self.manifest, data.eval_split))
-        self.log.metrics(self.step, "baseline", baseline)
-        self.log.message(f"features-only logistic regression on {self.cfg.data.eval_split}: baseline_auroc {baseline['baseline_auroc']:.4f} baseline_auprc {baseline['baseline_auprc']:.4f}")
+        if self.rank == 0:
+            self.task.log_start(self.log, self.step)
 
     def close(self) -> None:
         """End the process group this Trainer created (on success and on error)."""
@@ -261,7 +249,7 @@ class Trainer:
         self._ahead_position = None
         if micro is None:
             raise RuntimeError("the loader's workers died before the first step")  # only without fit's priming
-        labelled = [labelled_targets(b) if self.node_task else int(b.y_mask.sum()) for b in micro]
+        labelled = [self.task.labelled(b) for b in micro]
         pairs = [self._scored_pairs(b) for b in micro]
         totals = self._on_device([sum(labelled), sum(pairs)])
         dist.all_reduce(totals)  # collective 1: the step's denominators over all ranks
@@ -272,7 +260,7 @@ class Trainer:
         for i, cpu_batch in enumerate(micro):
             batch = self._to_device(cpu_batch)
             scores, aux_loss = self.engine(batch)
-            loss = self._loss(batch, scores) * (labelled[i] * inverse[0])
+            loss = self.task.loss(batch, scores) * (labelled[i] * inverse[0])
             if aux_loss is not None:
                 loss = loss + aux_loss * (pairs[i] * inverse[1])
             step_loss = step_loss + loss.detach()
@@ -302,12 +290,6 @@ class Trainer:
         real_pairs, padded_pairs = (sum(sizes) for sizes in zip(*(_attention_pairs(b) for b in micro)))
         return StepResult(flags[1], graphs, nodes, real_pairs, padded_pairs, time.perf_counter() - start, int(any_nonfinite), stop or any_missing)
 
-    def _loss(self, batch: Batch, scores: torch.Tensor) -> torch.Tensor:
-        """The batch's mean loss over its labelled targets (graphs, or target nodes)."""
-        if self.node_task:
-            return node_task_loss(batch, scores, self.pos_weight)
-        return task_loss(scores, batch.y, batch.y_mask, self.cfg.task)
-
     def _skip_update(self) -> None:
         """Make the coming optimizer step change no weight: zero gradients (NaN-free, so Adam's
         moments stay finite) and learning rate 0 for this step; the scheduler sets the next one."""
@@ -321,11 +303,10 @@ class Trainer:
 
     def _count_targets(self, batch: Batch) -> None:
         """Running target sums for the mean predictor of regression tasks (node tasks have none)."""
-        if self.node_task:
-            return
-        mask = batch.y_mask
-        self.target_sum += torch.where(mask, batch.y, 0).double().sum(0)
-        self.target_count += mask.double().sum(0)
+        totals = self.task.target_totals(batch)
+        if totals is not None:
+            self.target_sum += totals[0]
+            self.target_count += totals[1]
 
     # --- evaluation -------------------------------------------------------------------------------
     def _stop_after_loader_failure(self) -> bool:
@@ -334,42 +315,26 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float] | None:
-        """Metrics of the eval split, each sample predicted exactly once across ranks (OGB Evaluator;
-        node tasks: each target node once, keyed by its global id, node_task.evaluate_nodes); None
-        when a stop request killed a rank's loader workers (every rank returns None)."""
+        """Metrics of the eval split, each sample predicted exactly once across ranks (tasks.predict:
+        graph tasks by source idx, node tasks by global node id); None when a stop request killed a
+        rank's loader workers (every rank returns None)."""
         self.engine.eval()
-        idx, rows = [], []
-        filler = self.eval_loader.filler_batch()
+        batches = lockstep(self.eval_loader, self.eval_loader.filler_batch(), device=self.device, stop_on_failure=self._stop_after_loader_failure)
+        expected = self.eval_loader.num_samples if self.cfg.data.loader.on_error == "raise" else None
         try:
-            for batch in lockstep(self.eval_loader, filler, device=self.device, stop_on_failure=self._stop_after_loader_failure):
-                batch = self._to_device(batch)
-                scores = self.engine(batch)[0]
-                if self.node_task:  # keyed by global node id; padding targets and filler graphs carry FILLER_IDX
-                    ids, pred = target_scores(batch, scores)
-                    target = torch.where(batch.target_y_mask, batch.target_y.float(), torch.nan).reshape(-1)
-                    idx.append(ids)
-                    rows.append(torch.stack([pred, target], dim=1))
-                    continue
-                pred = predictions(scores, self.cfg.task)
-                target = torch.where(batch.y_mask, batch.y.float(), torch.nan)
-                idx.append(batch.idx)
-                rows.append(torch.cat([pred, target], dim=1))
+            idx, y_pred, y_true = predict(self.task, self.engine, batches, self._to_device, expected=expected)
         except EvaluationStopped:
             return None
-        expected = self.eval_loader.num_samples if self.cfg.data.loader.on_error == "raise" else None
-        all_idx, all_rows = gather_predictions(idx, rows, expected=expected)
-        t = all_rows.shape[1] // 2
-        y_pred, y_true = all_rows[:, :t].numpy(), all_rows[:, t:].numpy()
         if self.rank == 0:
-            self._save_predictions(all_idx.numpy(), y_pred, y_true)
-        metrics = evaluate_nodes(y_pred[:, 0], y_true[:, 0]) if self.node_task else evaluate(y_pred, y_true, self.cfg.task)
+            self._save_predictions(idx, y_pred, y_true)
+        metrics = self.task.metrics(y_pred, y_true)
         if self.cfg.task.loss in ("l1", "mse"):  # regression: how far a constant (the train mean) gets
             totals = torch.stack([self.target_sum, self.target_count]).to(self.device)
             dist.all_reduce(totals)  # on the engine's device: NCCL reduces no CPU tensor
             mean = (totals[0] / totals[1].clamp(min=1)).cpu().numpy()
             labelled = ~np.isnan(y_true)
             metrics["mean_predictor_mae"] = float(np.abs(y_true - mean)[labelled].mean()) if labelled.any() else float("nan")
-        metrics["samples"] = int(all_idx.numel())
+        metrics["samples"] = int(len(idx))
         return metrics
 
     def _save_predictions(self, idx: np.ndarray, y_pred: np.ndarray, y_true: np.ndarray) -> None:
@@ -451,7 +416,7 @@ class Trainer:
         loss, lr = float(result.loss), self.scheduler.get_last_lr()[0]  # the loss leaves the device here
         values = {"loss": loss, "lr": lr, "epoch": self.train_loader.epoch, "nonfinite_skipped": window.skipped} | window.rates(self.world_size)
         self.log.metrics(self.step, "train", values)
-        self.log.progress(0, loss=loss, lr=lr, **progress_rate(values, self.node_task))
+        self.log.progress(0, loss=loss, lr=lr, **progress_rate(values, self.task.speed_in_nodes))
 
     def _evaluate_and_save(self, stop: bool, final: bool, evaluate_now: bool = False) -> bool:
         """Evaluate every eval.every steps, checkpoint every checkpoint.every steps, on a new best

@@ -75,12 +75,12 @@ def test_mask_column_needs_stored_masks(store_path, tmp_path, capsys):
 def test_loader_accepts_schema_v1_and_v2_manifests():
     """Schema v2 only added keys: manifests of version-1 shards still pass the loader's check."""
     from gtscale.errors import UserError
-    from gtscale.loader.stream import _check_manifest
+    from gtscale.format.manifest import check_readable
 
     for version in (1, 2):
-        _check_manifest({"schema_version": version, "_dir": "d"}, ())
+        check_readable({"schema_version": version, "_dir": "d"}, ())
     with pytest.raises(UserError, match="schema_version 3"):
-        _check_manifest({"schema_version": 3, "_dir": "d"}, ())
+        check_readable({"schema_version": 3, "_dir": "d"}, ())
 
 
 def test_records_gather_features_and_labels_per_batch(store_path):

@@ -144,10 +144,10 @@ def test_produced_by_names_flags_the_sharder_has():
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     flags = {opt for action in parser._actions for opt in action.option_strings}
-    for key, text in schema.PRODUCED_BY.items():
-        named = {word.strip("`(),") for word in text.split() if word.startswith(("--", "`--"))}
+    for key, produced in schema.PRODUCED.items():
+        named = {word.strip("`(),") for word in produced.how.split() if word.startswith(("--", "`--"))}
         assert named <= flags, (key, named - flags)
-    assert "without --no-spd" in schema.PRODUCED_BY[schema.SPD]
+    assert "without --no-spd" in schema.PRODUCED[schema.SPD].how
 
 
 DUPLICATES = "smiles,id,split,y\nCCO,a,train,1\nc1ccccc1,b,train,2\nOCC,c,test,3\nC(C)O,d,test,4\nCCN,e,valid,5\nNCC,f,train,6\n"

@@ -39,7 +39,7 @@ def test_bad_config_is_one_line_and_exit_2(tpsa_shards, tmp_path, override, need
 
 
 def test_deepspeed_preset_and_overrides(tpsa_shards, tmp_path):
-    from gtscale.train.config import load_train_config
+    from gtscale.train.preflight import load_train_config
 
     cfg = write_config(tmp_path / "c.yaml", tpsa_shards, tmp_path / "run", deepspeed="zero3-offload")
     loaded = load_train_config(cfg, ["deepspeed.precision=fp32"])

@@ -15,7 +15,7 @@ from launcher import REPO, write_config
 
 def refusal(tpsa_shards, tmp_path, *overrides, **sections) -> str:
     from gtscale.errors import UserError
-    from gtscale.train.config import load_train_config
+    from gtscale.train.preflight import load_train_config
 
     cfg = write_config(tmp_path / "c.yaml", tpsa_shards, tmp_path / "run", **sections)
     with pytest.raises(UserError) as err:
@@ -86,7 +86,7 @@ def test_head_check_builds_nothing_for_real(tpsa_shards, tmp_path):
     """The head check builds the model on the meta device: no parameter memory, however large."""
     import torch
 
-    from gtscale.train.config import load_train_config
+    from gtscale.train.preflight import load_train_config
     from gtscale.train.task_model import build_task_model
 
     cfg = load_train_config(write_config(tmp_path / "c.yaml", tpsa_shards, tmp_path / "run", model="egt-larger"), ["model_overrides={}"])
@@ -125,7 +125,7 @@ def test_ogb_evaluator_must_fit_the_target_count(tpsa_shards, tmp_path):
 
 
 def test_rmse_metric_is_accepted_and_paired_with_a_regression_loss(tpsa_shards, tmp_path):
-    from gtscale.train.config import load_train_config
+    from gtscale.train.preflight import load_train_config
 
     for evaluator in ("pcqm4mv2", "ogbg-molesol", "ogbg-mollipo", "ogbg-molfreesolv"):
         cfg = write_config(tmp_path / "c.yaml", tpsa_shards, tmp_path / "run", task={"metric": "rmse", "evaluator": evaluator})

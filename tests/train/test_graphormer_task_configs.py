@@ -7,7 +7,8 @@ import pytest
 
 from gtscale.config import CONFIG_ROOT, from_dict, load_yaml
 from gtscale.models import parse_model_config
-from gtscale.train.config import TrainConfig, check_task, resolve_model_config
+from gtscale.train.config import TrainConfig, resolve_model_config
+from gtscale.train.preflight import check_task
 
 
 @pytest.mark.parametrize("name, metric, lr, steps, warmup, targets, clip, dropouts", [

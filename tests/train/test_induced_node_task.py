@@ -61,7 +61,7 @@ def two_rank_run(store, tmp_path_factory):
 
 def refusal(path, *overrides) -> str:
     from gtscale.errors import UserError
-    from gtscale.train.config import load_train_config
+    from gtscale.train.preflight import load_train_config
 
     with pytest.raises(UserError) as err:
         load_train_config(path, list(overrides))
@@ -69,7 +69,7 @@ def refusal(path, *overrides) -> str:
 
 
 def test_graph_config_resolves_and_refuses(store, ego_shards, tmp_path, splits):
-    from gtscale.train.config import load_train_config
+    from gtscale.train.preflight import load_train_config
     from gtscale.train.data_source import task_manifest
     from gtscale.train.node_task import resolve_anomaly_weight
     from gtscale.train.task_model import task_model_config
@@ -84,7 +84,8 @@ def test_graph_config_resolves_and_refuses(store, ego_shards, tmp_path, splits):
     assert "model: 'egt' takes padded dense batches" in refusal(path, "model=egt-small", "model_overrides={}")
     assert "set exactly one of data.shards" in refusal(path, f"data.shards={ego_shards[1]}")
     assert "data.graph.fraction: must be in (0, 1]" in refusal(path, "data.graph.fraction=1.5")
-    assert "data.graph.sampler: 'ego' is not one of" in refusal(path, "data.graph.sampler=ego")
+    assert "data.graph.sampler: 'khop' is not one of" in refusal(path, "data.graph.sampler=khop")
+    assert "or data.graph.sampler: ego" in refusal(path, "model=egt-small", "model_overrides={}")
     assert "not a finished graph store" in refusal(path, f"data.graph.store={tmp_path}")
 
 

@@ -39,7 +39,7 @@ def _adamw_first_update(model, loss) -> dict[str, np.ndarray]:
 
 
 def test_update_equals_mean_loss_over_all_graphs_of_the_step(tpsa_shards, tmp_path):
-    from gtscale.train.config import load_train_config
+    from gtscale.train.preflight import load_train_config
     from gtscale.train.export import export
     from gtscale.train.task_model import build_task_model
 

@@ -1,12 +1,14 @@
 """Node anomaly detection in the trainer: config checks against the shards' task type, the weighted
-BCE at the target nodes against a hand computation, and a 2-rank run (real gloo) that evaluates
-each eval target exactly once and trains with finite losses."""
+BCE at the target nodes against a hand computation, a 2-rank run (real gloo) that evaluates
+each eval target exactly once and trains with finite losses, and the graph store sampled online
+into the same ego subgraphs (data.graph.sampler: ego)."""
 
 import json
 
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from launcher import logs, metrics, run_ranks, write_config
 
@@ -23,7 +25,7 @@ def node_config(tmp_path, shards, name="c.yaml", **sections):
 
 def refusal(path, *overrides) -> str:
     from gtscale.errors import UserError
-    from gtscale.train.config import load_train_config
+    from gtscale.train.preflight import load_train_config
 
     with pytest.raises(UserError) as err:
         load_train_config(path, list(overrides))
@@ -34,7 +36,7 @@ def test_node_config_resolves_model_and_weight(ego_shards, tmp_path):
     from gtscale.format.manifest import load_manifest
     from gtscale.graphs.splits import ratio_split
     from gtscale.graphs.store import GraphStore
-    from gtscale.train.config import load_train_config
+    from gtscale.train.preflight import load_train_config
     from gtscale.train.node_task import resolve_anomaly_weight
     from gtscale.train.task_model import task_model_config
 
@@ -78,7 +80,7 @@ def test_auto_weight_needs_both_classes_in_the_train_split(ego_shards, tmp_path)
     (shards / "manifest.json").write_text(json.dumps(manifest))
     path = node_config(tmp_path, shards)
     assert "task.anomaly_weight: auto needs both classes in split 'train'" in refusal(path)
-    from gtscale.train.config import load_train_config
+    from gtscale.train.preflight import load_train_config
 
     assert load_train_config(path, ["task.anomaly_weight=3.0"]).task.anomaly_weight == 3.0
 
@@ -135,3 +137,45 @@ def test_two_ranks_evaluate_each_target_once(ego_shards, tmp_path):
     baseline = metrics(run, "baseline")[0]
     assert 0.0 <= baseline["baseline_auroc"] <= 1.0 and baseline["baseline_eval_nodes"] == len(val)
     assert json.loads((run / "best.json").read_text())["metric"] == "auroc"
+
+
+def store_config(tmp_path, store, **graph):
+    """node_config on the graph store sampled online (sampler ego), with the options the ego shards were cut with."""
+    graph = {"store": str(store), "sampler": "ego", "fanouts": [5, 3], "max_nodes": 16, "svd_rank": 4, "lap_k": 0, "train_ratio": 0.4} | graph
+    path = node_config(tmp_path, None, name="store.yaml")
+    raw = yaml.safe_load(path.read_text())
+    raw["data"] = {k: v for k, v in raw["data"].items() if k != "shards"} | {"graph": graph}
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_ego_sampler_gives_the_ego_shards_batches(ego_shards, tmp_path):
+    """data.graph.sampler: ego samples during training what `gtscale shard graph-ego` writes with
+    the same options: the dense model's config resolves, and the split loader of the trainer and
+    `gtscale evaluate` yields the shards' batches, so every val target is predicted once."""
+    from gtscale.format import schema
+    from gtscale.format.manifest import load_manifest
+    from gtscale.loader.config import LoaderConfig
+    from gtscale.loader.stream import build_loader
+    from gtscale.train.data_source import split_loader, task_manifest
+    from gtscale.train.preflight import load_train_config
+    from gtscale.train.tasks import NodeTask, build_task, predict
+
+    store, shards = ego_shards
+    path = store_config(tmp_path, store)
+    cfg = load_train_config(path, [])
+    manifest = task_manifest(cfg.data)
+    assert manifest["task"] == load_manifest(shards)["task"]  # label counts of the same splits
+    config = LoaderConfig(batching="graphs", batch_size=16, num_workers=0, bucketing=False, keys=[schema.TARGET_Y, "spd", "svd_pe"])
+    online = list(split_loader(cfg.data, manifest, "val", config, train=False, rank=0, world_size=1))
+    offline = list(build_loader(shards, "val", config, train=False, rank=0, world_size=1))
+    assert len(online) == len(offline)
+    for a, b in zip(online, offline):
+        assert torch.equal(a.target_id, b.target_id) and torch.equal(a.node_feat_float, b.node_feat_float) and torch.equal(a.spd, b.spd)
+    task = build_task(cfg, manifest)
+    assert isinstance(task, NodeTask)
+    idx, _, y_true = predict(task, lambda batch: (batch.node_feat_float[..., :1],), online, lambda batch: batch)
+    expected = sorted(r.item() for b in offline for r in b.target_id.reshape(-1))
+    assert idx.tolist() == expected and not np.isnan(y_true).any()
+    assert "takes edge lists; data.graph (sampler ego)" in refusal(path, "model=et-tfinance", "model_overrides={}")
+    assert "data.graph.fanouts: must be one or more fan-outs" in refusal(path, "data.graph.fanouts=[]")

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from sklearn.metrics import mean_absolute_error, root_mean_squared_error
 
-from gtscale.train.config import TaskConfig, check_task
+from gtscale.train.config import TaskConfig
+from gtscale.train.preflight import check_task
 from gtscale.train.tasks import evaluate
 
 

@@ -8,7 +8,7 @@ from launcher import write_config
 def test_aux_distance_loss_trains_its_head_and_is_off_in_eval(tpsa_shards, tmp_path):
     from gtscale.loader.config import LoaderConfig
     from gtscale.loader.stream import build_loader
-    from gtscale.train.config import load_train_config
+    from gtscale.train.preflight import load_train_config
     from gtscale.train.tasks import task_loss
     from gtscale.train.task_model import build_task_model, loader_keys
 

@@ -1,0 +1,92 @@
+"""Preflight: does the configuration fit its data and its model? Asked once, before any process
+group starts, so that a mismatch is one line naming the key (exit status 2) rather than a failure
+on every rank.
+
+`config.py` checks a TrainConfig on its own (types, ranges); this module checks it against what it
+names: the shards' manifest (or the graph store's), the model built from the model config (on the
+meta device) and the task (evaluator ↔ task type and target count, metric ↔ evaluator, loss ↔
+metric, node-task anomaly weight). `load_train_config` is both, the entry point of every command
+that starts or plans a run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gtscale.errors import UserError
+from gtscale.format.manifest import GRAPH_TASK, NODE_TASK, is_node_task, task_type
+from gtscale.models import parse_model_config
+from gtscale.train.config import ERROR_METRICS, TaskConfig, TrainConfig, read_train_config
+from gtscale.train.data_source import task_manifest
+from gtscale.train.node_metrics import METRICS as NODE_METRICS
+from gtscale.train.node_task import resolve_anomaly_weight
+from gtscale.train.task_model import check_task_model, task_model_config
+
+#: The evaluator of node shards; it reports node_metrics.METRICS (all higher is better).
+NODE_EVALUATOR = "node-anomaly"
+
+
+def load_train_config(path: str | Path, overrides: list[str]) -> TrainConfig:
+    """Config file + dotted overrides → TrainConfig, checked on its own (config.read_train_config)
+    and against its data and model (`check_run`)."""
+    return check_run(read_train_config(path, overrides))
+
+
+def check_run(cfg: TrainConfig) -> TrainConfig:
+    """The manifest ↔ model ↔ task checks of a TrainConfig; returns it unchanged."""
+    contents = task_manifest(cfg.data)
+    manifest = contents["_dir"]
+    parse_model_config(task_model_config(cfg, contents))  # the model's own keys, checked here too
+    num_targets = int(contents.get("task", {}).get("num_targets", 1))
+    check_task(cfg.task, num_targets, manifest, task_type(contents))
+    if "num_outputs" in cfg.task.head:  # like the loader keys: replaced, so never silently
+        raise UserError(f"task.head.num_outputs: set by the shards' number of targets ({num_targets} in {manifest}), not by the config; remove it")
+    check_task_model(cfg, num_targets, contents)  # task.head and task.aux_distance fit the model
+    splits = contents["splits"]
+    for key in ("train_split", "eval_split"):
+        if getattr(cfg.data, key) not in splits:
+            raise UserError(f"data.{key}: {getattr(cfg.data, key)!r} is not a split of {manifest} (has {', '.join(splits)})")
+    if is_node_task(contents):
+        resolve_anomaly_weight(cfg.task, contents, cfg.data.train_split)  # auto needs both classes in the train split
+    if cfg.init_from is not None and not Path(cfg.init_from).is_file():
+        raise UserError(f"init_from: {cfg.init_from} not found (write it with `gtscale export RUN_DIR`)")
+    return cfg
+
+
+def check_task(task: TaskConfig, num_targets: int, manifest: Path | str = "the shards", task_type: str = GRAPH_TASK) -> None:
+    """The evaluator must exist, fit the shards' task type and number of targets and report the
+    metric that selects the best checkpoint; the loss must suit the metric."""
+    if (task_type == NODE_TASK) != (task.evaluator == NODE_EVALUATOR):
+        if task_type == NODE_TASK:
+            raise UserError(f"task.evaluator: {manifest} holds node-task shards ({NODE_TASK}); use evaluator {NODE_EVALUATOR!r} with loss node_bce")
+        raise UserError(f"task.evaluator: {NODE_EVALUATOR!r} needs node-task shards (`gtscale shard graph-ego`), but {manifest} holds a graph task")
+    if task.evaluator == NODE_EVALUATOR:
+        if task.loss != "node_bce":
+            raise UserError(f"task.loss: {task.loss!r} does not suit evaluator {NODE_EVALUATOR!r} (use node_bce)")
+        if task.metric not in NODE_METRICS:
+            raise UserError(f"task.metric: {task.metric!r} is not reported by evaluator {NODE_EVALUATOR!r} (it reports {', '.join(NODE_METRICS)})")
+        if task.aux_distance is not None:
+            raise UserError("task.aux_distance: not supported for node tasks (remove it)")
+        return
+    if task.loss == "node_bce":
+        raise UserError(f"task.loss: 'node_bce' needs evaluator {NODE_EVALUATOR!r} on node-task shards")
+    if task.evaluator == "pcqm4mv2":
+        reported, tasks = {"mae", "rmse"}, 1
+    elif task.evaluator == "regression":
+        reported, tasks = {"mae", "rmse"}, num_targets
+    else:
+        from ogb.graphproppred import Evaluator
+
+        try:
+            evaluator = Evaluator(task.evaluator)
+        except (KeyError, ValueError):
+            raise UserError(f"task.evaluator: {task.evaluator!r} is neither pcqm4mv2, regression nor an OGB graph property dataset (ogbg-molhiv, ogbg-molpcba, …)") from None
+        reported, tasks = {evaluator.eval_metric}, evaluator.num_tasks
+    if num_targets != tasks:
+        raise UserError(f"task.evaluator: {task.evaluator!r} scores {tasks} target(s) but {manifest} has {num_targets}; choose an evaluator for {num_targets} target(s)")
+    if task.metric not in reported:
+        raise UserError(f"task.metric: {task.metric!r} is not reported by evaluator {task.evaluator!r} (it reports {', '.join(sorted(reported))})")
+    if task.metric in NODE_METRICS:
+        raise UserError(f"task.metric: {task.metric!r} is reported by evaluator {NODE_EVALUATOR!r} only (node tasks)")
+    if (task.loss == "bce") != (task.metric not in ERROR_METRICS):
+        raise UserError(f"task.loss: {task.loss!r} does not suit metric {task.metric!r} (bce for rocauc/ap, l1 or mse for mae/rmse)")
