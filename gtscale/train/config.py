@@ -269,6 +269,9 @@ def load_train_config(path: str | Path, overrides: list[str]) -> TrainConfig:
         resolve_anomaly_weight(cfg.task, contents, cfg.data.train_split)  # auto needs both classes in the train split
     if cfg.init_from is not None and not Path(cfg.init_from).is_file():
         raise UserError(f"init_from: {cfg.init_from} not found (write it with `gtscale export RUN_DIR`)")
+    from gtscale.train.engine_config import deepspeed_config
+
+    deepspeed_config(cfg, world_size=1, micro_batch=1)  # deepspeed.extra may not replace what gtscale sets
     return cfg
 
 
