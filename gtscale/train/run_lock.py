@@ -3,7 +3,9 @@
 Two runs writing one run_dir would interleave their metrics.jsonl lines and overwrite each other's
 config.yaml and checkpoints. The lock is a `flock` on an open file, which the kernel releases when
 the process ends however it ends (SIGKILL, OOM, a node crash ends the NFS client's lock too), so a
-crashed run never leaves a stale lock and there is nothing to clean up. The file keeps the holder's
+crashed run never leaves a stale lock and there is nothing to clean up. (DataLoader workers forked
+by rank 0 share the open file, so after a SIGKILL the lock goes when they do: torch's workers
+notice their parent's death and exit within seconds.) The file keeps the holder's
 pid and host, which the refusal names. (`flock`, not `lockf`: a POSIX lock is dropped when the
 process closes *any* descriptor of the file, e.g. after reading the holder from it.)
 
@@ -37,7 +39,10 @@ class RunLock:
 
     def release(self) -> None:
         if self._fd is not None:
-            os.close(self._fd)  # closing the last descriptor of the open file drops the flock
+            # Unlock first: DataLoader workers forked since share this open file (and so the lock)
+            # until they exit; closing only this descriptor would leave it held by them.
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
             self._fd = None
 
 

@@ -32,6 +32,22 @@ def test_second_holder_is_refused_naming_the_first(tmp_path):
     run_lock.acquire(run).release()
 
 
+def test_release_also_frees_what_forked_children_share(tmp_path):
+    """DataLoader workers are forked after the lock is taken and share its open file: releasing
+    must free the run_dir while they still live (closing our descriptor alone would not)."""
+    lock = run_lock.acquire(tmp_path / "run")
+    child = os.fork()
+    if child == 0:  # a worker: holds the inherited descriptor until killed
+        time.sleep(60)
+        os._exit(0)
+    try:
+        lock.release()
+        run_lock.check_free(tmp_path / "run")
+    finally:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+
+
 def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
     holder = hold_in_another_process(tmp_path / "run")
     with pytest.raises(UserError, match=f"pid {holder.pid} "):
