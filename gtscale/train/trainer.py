@@ -187,7 +187,7 @@ class Trainer:
             tag, state = checkpoint.restore(self.engine, self.ckpt_dir, tags if resume == "auto" else [resume], fallback=resume == "auto")
         except checkpoint.ModelMismatch as err:  # name what was edited since: config.yaml is still the checkpoints' own
             changed = checkpoint.model_changes(self.run_dir / "config.yaml", self.model_cfg, self.cfg.task.head)
-            raise UserError(f"{err}; changed since in {self.run_dir / 'config.yaml'}: {'; '.join(changed[:4]) or 'nothing recorded'}") from None
+            raise UserError(f"{err}; this config differs from {self.run_dir / 'config.yaml'} in {'; '.join(changed[:4]) or 'no recorded key'}") from None
         if len(state["loader"]) != self.world_size:
             raise RuntimeError(f"{self.ckpt_dir / tag}: saved by {len(state['loader'])} ranks, resuming with {self.world_size}")
         self.step, self.best = state["step"], state["best"]
