@@ -1,13 +1,14 @@
 """One run per run directory: an exclusive lock on `<run_dir>/run.lock`, held for the run's lifetime.
 
 Two runs writing one run_dir would interleave their metrics.jsonl lines and overwrite each other's
-config.yaml and checkpoints. The lock is a `flock` on an open file, which the kernel releases when
-the process ends however it ends (SIGKILL, OOM, a node crash ends the NFS client's lock too), so a
-crashed run never leaves a stale lock and there is nothing to clean up. (DataLoader workers forked
-by rank 0 share the open file, so after a SIGKILL the lock goes when they do: torch's workers
-notice their parent's death and exit within seconds.) The file keeps the holder's
-pid and host, which the refusal names. (`flock`, not `lockf`: a POSIX lock is dropped when the
-process closes *any* descriptor of the file, e.g. after reading the holder from it.)
+config.yaml and checkpoints. The lock is a POSIX record lock (`fcntl.lockf`), which the kernel
+releases when the process ends however it ends (SIGKILL, OOM; NFS supports these locks), so a
+crashed run never leaves a stale lock and there is nothing to clean up. It belongs to the process
+alone: DataLoader workers forked later do not inherit it (an `flock` they would share, and a run
+resumed right after a SIGKILL would be refused until they noticed and exited). The price: a POSIX
+lock is per process, so a second acquire in the holding process succeeds and closing any
+descriptor of the file drops it; the holding process therefore never opens the file again (the
+refusal reads it in the refused process). The file keeps the holder's pid and host.
 
 Opening the lock is also where an unusable run_dir is found: a file in its place, a read-only
 mount, no permission. Each is one line naming the path (UserError), before anything is written.
@@ -27,7 +28,7 @@ from pathlib import Path
 from gtscale.errors import UserError
 
 LOCK_FILE = "run.lock"
-#: flock answers these where the file system cannot lock (some Lustre mounts without -o flock).
+#: lockf answers these where the file system cannot lock (some Lustre mounts without -o flock).
 _UNSUPPORTED = {errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL}
 
 
@@ -39,10 +40,7 @@ class RunLock:
 
     def release(self) -> None:
         if self._fd is not None:
-            # Unlock first: DataLoader workers forked since share this open file (and so the lock)
-            # until they exit; closing only this descriptor would leave it held by them.
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
+            os.close(self._fd)  # drops this process's lock
             self._fd = None
 
 
@@ -57,10 +55,10 @@ def acquire(run_dir: str | os.PathLike) -> RunLock:
     except OSError as err:
         raise UserError(unusable(run_dir, err)) from None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as err:
         os.close(fd)
-        if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+        if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             raise UserError(f"run_dir {run_dir}: another run is using it ({holder(path)}); wait for it to end, or choose another run_dir") from None
         if err.errno in _UNSUPPORTED:
             return RunLock(run_dir, None)  # this file system cannot lock: run unguarded, as before locks existed

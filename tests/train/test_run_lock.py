@@ -25,27 +25,31 @@ def hold_in_another_process(run_dir) -> subprocess.Popen:
 
 def test_second_holder_is_refused_naming_the_first(tmp_path):
     run = tmp_path / "run"
-    first = run_lock.acquire(run)
-    with pytest.raises(UserError, match=f"another run is using it \\(pid {os.getpid()} on host {socket.gethostname()}\\)"):
-        run_lock.acquire(run)  # flock: a second open file conflicts even within one process
-    first.release()
+    holder = hold_in_another_process(run)
+    with pytest.raises(UserError, match=f"another run is using it \\(pid {holder.pid} on host {socket.gethostname()}\\)"):
+        run_lock.acquire(run)
+    holder.kill()
+    holder.wait()
     run_lock.acquire(run).release()
 
 
-def test_release_also_frees_what_forked_children_share(tmp_path):
-    """DataLoader workers are forked after the lock is taken and share its open file: releasing
-    must free the run_dir while they still live (closing our descriptor alone would not)."""
-    lock = run_lock.acquire(tmp_path / "run")
-    child = os.fork()
-    if child == 0:  # a worker: holds the inherited descriptor until killed
-        time.sleep(60)
-        os._exit(0)
+def test_forked_children_do_not_hold_the_lock(tmp_path):
+    """DataLoader workers are forked after the lock is taken: once the holder is gone (released,
+    or SIGKILLed), its still-living children must not keep the run_dir locked, or a job resumed
+    right after a crash is refused."""
+    child_code = ("import os, sys, time; from gtscale.train import run_lock; run_lock.acquire(sys.argv[1]); "
+                  "pid = os.fork()\nif pid == 0: time.sleep(60); os._exit(0)\nprint(pid, flush=True); time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", child_code, str(tmp_path / "run")], stdout=subprocess.PIPE, text=True)
+    worker = int(holder.stdout.readline())
     try:
-        lock.release()
-        run_lock.check_free(tmp_path / "run")
+        with pytest.raises(UserError, match=f"pid {holder.pid} "):
+            run_lock.check_free(tmp_path / "run")
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+        run_lock.check_free(tmp_path / "run")  # the forked worker still lives
+        os.kill(worker, 0)
     finally:
-        os.kill(child, signal.SIGKILL)
-        os.waitpid(child, 0)
+        os.kill(worker, signal.SIGKILL)
 
 
 def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
