@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ import pytest
 from bad_files import (copy_run, legacy_cut, model_states, nested_rebuild, optim_states, plant_code, plant_nested, replace_shard,
                        truncate)
 from gtscale.cli import main
+from gtscale.train.run_lock import LOCK_FILE
 
 sys.path.insert(0, str(Path(__file__).parent / "train"))
 from launcher import logs, run_ranks, write_config  # noqa: E402
@@ -186,14 +188,15 @@ def inspect_empty_split(tmp: Path, inputs: Inputs):
     return ["inspect", str(shards), "--split", "extra"], shards
 
 
-def run_with(change: Callable[[Path], object], *argv: str, resume: str | None = None):
-    """A copy of the shared run with `change(checkpoints folder)` applied; export, or resume if given."""
+def run_with(change: Callable[[Path], object], *argv: str, resume: str | None = None, **sections):
+    """A copy of the shared run with `change(checkpoints folder)` applied; export, or resume if given
+    (with `sections` replaced in the resumed job's config)."""
     def prepare(tmp: Path, inputs: Inputs):
         run = copy_run(inputs.run, tmp / "run")
         change(run / "checkpoints")
         if resume is None:
             return ["export", str(run), *argv], run
-        cfg = write_config(tmp / "resume.yaml", inputs.shards, run, schedule={"total_steps": 4, "warmup_steps": 1}, checkpoint={"every": 2, "keep": 2})
+        cfg = write_config(tmp / "resume.yaml", inputs.shards, run, **({"schedule": {"total_steps": 4, "warmup_steps": 1}, "checkpoint": {"every": 2, "keep": 2}} | sections))
         return [str(cfg), "--resume", resume], run
     return prepare
 
@@ -203,6 +206,74 @@ def train_config(**sections):
     def prepare(tmp: Path, inputs: Inputs):
         cfg = write_config(tmp / "bad.yaml", inputs.shards, tmp / "run", **sections)
         return ["train", str(cfg)], tmp
+    return prepare
+
+
+def run_dir_at(make: Callable[[Path], Path], **sections):
+    """`gtscale train` (one real rank) into the run_dir `make(folder)` returns; the folder is watched."""
+    def prepare(tmp: Path, inputs: Inputs):
+        (tmp / "w").mkdir()
+        run = make(tmp / "w")
+        cfg = write_config(tmp / "c.yaml", inputs.shards, run, **sections)
+        return [str(cfg)], tmp / "w"
+    return prepare
+
+
+MOUNTS: list[Path] = []  # tmpfs mounted by a case, unmounted after it (the `unmount` fixture)
+HOLDERS: list = []  # processes holding a run_dir's lock for a case, ended after it
+
+
+def tmpfs(tmp: Path, size: str, read_only: bool = False) -> Path:
+    """A fresh tmpfs of `size` at tmp/mnt (we run as root: a read-only mount is the way to an
+    unwritable folder, chmod does not stop root)."""
+    folder = tmp / "mnt"
+    folder.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}" + (",ro" if read_only else ""), "tmpfs", str(folder)], check=True)
+    MOUNTS.append(folder)
+    return folder
+
+
+def a_file(path: Path) -> Path:
+    path.write_text("mine")
+    return path
+
+
+def run_dir_in_use(tmp: Path) -> Path:
+    """tmp/run, locked by another process as a running `gtscale train` locks it."""
+    hold = "import sys, time; from gtscale.train import run_lock; run_lock.acquire(sys.argv[1]); print('held', flush=True); time.sleep(600)"
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(tmp / "run")], stdout=subprocess.PIPE, text=True)
+    HOLDERS.append(holder)
+    assert holder.stdout.readline().strip() == "held"
+    return tmp / "run"
+
+
+def run_file(name: str, text: str, *argv: str):
+    """A copy of the shared run with `name` (relative to it) holding `text`; `gtscale *argv RUN`."""
+    def prepare(tmp: Path, inputs: Inputs):
+        run = copy_run(inputs.run, tmp / "run")
+        (run / name).write_text(text)
+        return [*argv, str(run)], tmp
+    return prepare
+
+
+def export_out_is_a_file(tmp: Path, inputs: Inputs):
+    run = copy_run(inputs.run, tmp / "run")
+    (tmp / "taken").write_text("mine")
+    return ["export", str(run), "--out", str(tmp / "taken")], tmp
+
+
+def dgl_shape(shape: tuple[int, int]):
+    """`graph build dgl` of a DGL fixture whose (40, 20) feature tensor claims `shape` instead: the
+    product of the dimensions still matches its byte count (two negatives; or int64 wrap-around)."""
+    def prepare(tmp: Path, inputs: Inputs):
+        import struct
+
+        data = bytearray((Path(__file__).parent / "graphs" / "fixtures" / "coo_tsocial_like.bin").read_bytes())
+        at = 6710 + 32  # the tensor's magic, then reserved, device, ndim, dtype: its shape
+        assert struct.unpack_from("<2q", data, at) == (40, 20)
+        struct.pack_into("<2q", data, at, *shape)
+        (tmp / "graph.bin").write_bytes(bytes(data))
+        return ["graph", "build", "dgl", "--input", str(tmp / "graph.bin"), "--out", str(tmp / "store"), "--quiet"], tmp
     return prepare
 
 
@@ -313,9 +384,28 @@ CASES = [
     Case("import-payload-nested-in-a-tensor", foreign_checkpoint(nested_rebuild),
          "refused: loading it would run code (a tensor is rebuilt from posix.system)"),
     Case("import-fairseq-cfg-layout-relu", foreign_checkpoint(fairseq_cfg_layout), "activation_fn 'relu'"),
+    Case("train-extra-train-batch-size", train_config(deepspeed={"extra": {"train_batch_size": -3}}), "deepspeed.extra.train_batch_size: set by gtscale itself"),
+    Case("train-extra-zero-stage", train_config(deepspeed={"extra": {"zero_optimization": {"stage": 3}}}), "deepspeed.extra.zero_optimization.stage: set by gtscale itself"),
+    # finished runs
+    Case("evaluate-config-yaml-not-yaml", run_file("config.yaml", "run_dir: [oops\n", "evaluate"), "config.yaml: not valid YAML"),
+    Case("export-config-yaml-not-yaml", run_file("config.yaml", "run_dir: [oops\n", "export"), "config.yaml: not valid YAML"),
+    Case("export-out-is-a-file", export_out_is_a_file, "is a file, not a folder"),
+    # graph files
+    Case("graph-dgl-negative-shape", dgl_shape((-40, -20)), "negative dimension in its shape (-40, -20)"),
+    Case("graph-dgl-overflowing-shape", dgl_shape((40 + 2**62, 20)), "data bytes for shape"),
     # checkpoints: --resume (a real rank)
     Case("resume-crafted-model-states", run_with(crafted(model_states), resume=TAGS[-1]), "refused: loading it would run code", launcher=True),
     Case("resume-crafted-optim-states", run_with(crafted(optim_states), resume=TAGS[-1]), "refused: loading it would run code", launcher=True),
+    Case("resume-auto-model-changed", run_with(lambda c: None, resume="auto", model_overrides={"node_width": 16}),
+         "parameter shapes differ from the checkpoint's", launcher=True),
+    # run directories (a real rank: the run_dir is locked and checked once the process group exists)
+    Case("train-run-dir-is-a-file", run_dir_at(lambda t: a_file(t / "taken")), "is a file, not a folder", launcher=True),
+    Case("train-run-dir-read-only", run_dir_at(lambda t: tmpfs(t, "1m", read_only=True) / "run"), "read-only file system", launcher=True),
+    Case("train-run-dir-in-use", run_dir_at(run_dir_in_use), "another run is using it (pid", launcher=True),
+    Case("train-disk-full-checkpointing", run_dir_at(lambda t: tmpfs(t, "96k") / "run", schedule={"total_steps": 4, "warmup_steps": 1}, checkpoint={"every": 2}),
+         "disk full while checkpointing", launcher=True, changes=("mnt/run/config.yaml", "mnt/run/metrics.jsonl")),
+    Case("train-deepspeed-refuses-extra", run_dir_at(lambda t: t / "run", deepspeed={"extra": {"zero_optimization": {"reduce_bucket_size": -5}}}),
+         "DeepSpeed refuses the resulting config", launcher=True),
     Case("resume-auto-corrupt-newest", run_with(lambda c: truncate(optim_states(c / TAGS[-1])), resume="auto"),
          f"resuming from the older complete checkpoint {TAGS[0]} instead", code=0, launcher=True, changes=EVERYTHING),
 ]
@@ -323,7 +413,9 @@ CASES = [
 
 # --- running a case -----------------------------------------------------------------------------
 def files(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+    """Every file's digest, but the run lock's: `gtscale train` takes it first thing (run_lock.py)."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name != LOCK_FILE}
 
 
 @pytest.fixture(scope="module")
@@ -334,6 +426,18 @@ def inputs(tmp_path_factory) -> Inputs:
     cfg = write_config(root / "run.yaml", shards, root / "run", schedule={"total_steps": 4, "warmup_steps": 1}, checkpoint={"every": 2, "keep": 2})
     assert run_ranks(1, [str(cfg)], root / "log") == [0], logs(root / "log")
     return Inputs(shards=shards, run=root / "run")
+
+
+@pytest.fixture(autouse=True)
+def unmount():
+    """Unmount the cases' tmpfs and end their lock holders, also when a case fails."""
+    yield
+    while HOLDERS:
+        holder = HOLDERS.pop()
+        holder.kill()
+        holder.wait()
+    while MOUNTS:
+        subprocess.run(["umount", str(MOUNTS.pop())], check=False)
 
 
 @pytest.mark.slow

@@ -33,6 +33,7 @@ tensors arrive as uint8 (DGL converts them before saving).
 
 from __future__ import annotations
 
+import math
 import mmap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -168,9 +169,11 @@ class _Cursor:
         if not 0 <= ndim <= 8 or lanes != 1 or (code, bits) not in _DTYPES:
             raise self.fail(f"tensor {what!r} has an unsupported layout (ndim {ndim}, type {code}/{bits}/{lanes})", at)
         dtype = _DTYPES[(code, bits)]
-        shape = tuple(self.i64(what) for _ in range(ndim))
+        shape_at, shape = self.pos, tuple(self.i64(what) for _ in range(ndim))
+        if any(d < 0 for d in shape):
+            raise self.fail(f"tensor {what!r} has a negative dimension in its shape {shape}", shape_at)
         at, nbytes = self.pos, self.i64(what)
-        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        count = math.prod(shape)  # Python integers: a shape whose product overflows int64 cannot wrap into a match
         if nbytes != count * dtype.itemsize:
             raise self.fail(f"tensor {what!r}: {nbytes} data bytes for shape {shape} of {dtype}", at)
         start = self.take(nbytes, f"tensor {what!r}")

@@ -13,9 +13,11 @@ best metric so far and the running target mean.
 
 from __future__ import annotations
 
+import errno
 import json
 import pickle
 import random
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -24,6 +26,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from gtscale.config import load_yaml
 from gtscale.errors import UserError
 from gtscale.io import atomic_write_text
 from gtscale.train import safe_load
@@ -77,17 +80,47 @@ def save(engine, root: Path, step: int, client_state: dict, keep: int, protected
         (root / tag / COMPLETE).unlink(missing_ok=True)
     if dist.is_initialized():
         dist.barrier()
-    engine.save_checkpoint(str(root), tag=tag, client_state=client_state)
+    try:
+        engine.save_checkpoint(str(root), tag=tag, client_state=client_state)
+    except (OSError, RuntimeError) as err:
+        raise _save_failure(engine, root, tag, err) from None
     if dist.is_initialized():
         dist.barrier()
     if not dist.is_initialized() or dist.get_rank() == 0:
-        atomic_write_text(root / tag / COMPLETE, json.dumps({"step": step}))
+        try:
+            atomic_write_text(root / tag / COMPLETE, json.dumps({"step": step}))
+        except OSError as err:
+            raise _save_failure(engine, root, tag, err) from None
         for old in complete_tags(root)[:-keep] if keep > 0 else []:
             if old not in protected and old != tag:
                 shutil.rmtree(root / old, ignore_errors=True)
     if dist.is_initialized():
         dist.barrier()
     return tag
+
+
+def _save_failure(engine, root: Path, tag: str, err: Exception) -> Exception:
+    """A full disk while saving → one line naming the folder and its free space (UserError); any
+    other failure is returned as it was. torch.save on a full disk raises a RuntimeError that does
+    not say so ("unexpected pos …"), so the disk counts as full when its free space is below the
+    model's own bytes, which the first file written holds at least.
+
+    A single process removes the incomplete tag it was writing (gtscale's own, and no COMPLETE
+    marker); with several ranks another may still be writing there, so it stays, and resuming skips
+    it (no COMPLETE marker). The failing rank exits; the launcher ends the others."""
+    free = shutil.disk_usage(root).free if root.is_dir() else 0
+    needed = sum(getattr(p, "ds_numel", p.numel()) * p.element_size() for p in engine.module.parameters())
+    full = isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)
+    if not (full or (isinstance(err, RuntimeError) and free < needed)):
+        return err
+    alone = not dist.is_initialized() or dist.get_world_size() == 1
+    if alone:
+        shutil.rmtree(root / tag, ignore_errors=True)
+    previous = [t for t in complete_tags(root) if t != tag]
+    kept = f"{previous[-1]} stays the newest complete checkpoint" if previous else "no earlier checkpoint exists"
+    return UserError(f"{root / tag}: disk full while checkpointing ({free / 2**20:.1f} MiB free there, the model alone needs "
+                     f"{needed / 2**20:.1f} MiB); {'removed the incomplete checkpoint' if alone else 'the incomplete checkpoint is skipped on resume'}, "
+                     f"{kept}; free space, then resume with --resume auto")
 
 
 def restore(engine, root: Path, candidates: list[str], fallback: bool) -> tuple[str, dict]:
@@ -123,6 +156,48 @@ def load(engine, root: Path, tag: str) -> dict:
             path, client_state = engine.load_checkpoint(str(root), tag=tag, load_optimizer_states=True, load_lr_scheduler_states=True)
         except pickle.UnpicklingError as err:  # a file changed after it was checked
             raise UserError(safe_load.describe_failure(root / tag, err)) from err
+        except RuntimeError as err:  # torch's load_state_dict: "size mismatch for <name>: … shape …"
+            mismatches = [line.strip() for line in str(err).splitlines() if "size mismatch for" in line]
+            if not mismatches:
+                raise
+            raise ModelMismatch(f"{root / tag}: the model's parameter shapes differ from the checkpoint's: "
+                                f"{_shapes(mismatches[0])}" + (f" (and {len(mismatches) - 1} more)" if len(mismatches) > 1 else "")) from None
     if path is None:
         raise UserError(f"{root / tag}: DeepSpeed could not load this checkpoint")
     return client_state
+
+
+class ModelMismatch(UserError):
+    """The checkpoint holds another model than the one configured (a resume after editing the model)."""
+
+
+def _shapes(line: str) -> str:
+    """torch's "size mismatch for w: copying a param with shape torch.Size([64]) from checkpoint, the
+    shape in current model is torch.Size([32])." → "w [64] in the checkpoint, [32] configured"."""
+    name = line.split("size mismatch for ", 1)[1].split(":", 1)[0]
+    shapes = re.findall(r"torch\.Size\(\[([^\]]*)\]\)", line)
+    if len(shapes) != 2:
+        return line
+    return f"{name} [{shapes[0]}] in the checkpoint, [{shapes[1]}] configured"
+
+
+def model_changes(run_config: Path, model_cfg: dict, head: dict) -> list[str]:
+    """The model and head settings that differ between the run's recorded config.yaml (what the
+    checkpoints were trained with) and this job's, as "key: recorded → now"; [] without a record."""
+    if not run_config.is_file():
+        return []
+    recorded = load_yaml(run_config)
+    before = _flatten({"model": recorded.get("model_resolved") or {}, "task.head": (recorded.get("task") or {}).get("head") or {}})
+    now = _flatten({"model": model_cfg, "task.head": head})
+    return [f"{key}: {before.get(key)!r} → {now.get(key)!r}" for key in sorted(before.keys() | now.keys()) if before.get(key) != now.get(key)]
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out |= _flatten(value, f"{name}.")
+        else:
+            out[name] = list(value) if isinstance(value, tuple) else value
+    return out

@@ -24,6 +24,7 @@ import torch.distributed as dist
 
 from gtscale.loader.batch import Batch
 from gtscale.loader.filler import FILLER_IDX
+from gtscale.train.stop_signals import LOADER_FAILURES
 
 
 class EvaluationStopped(Exception):
@@ -38,7 +39,7 @@ def lockstep(batches: Iterable[Batch], filler: Batch, group=None, device: torch.
     """This rank's batches, then `filler` until every rank in `group` has run out.
 
     `device` is where the all-reduce flag lives (the engine's device: a CUDA device under NCCL).
-    When fetching fails with a RuntimeError (DataLoader workers killed by the SIGTERM that stops the
+    When fetching fails with one of LOADER_FAILURES (DataLoader workers killed by the SIGTERM that stops the
     job) and `stop_on_failure()` says a stop was requested, every rank raises EvaluationStopped at
     the same batch instead of one rank leaving the others in a collective."""
     local = iter(batches)
@@ -46,7 +47,7 @@ def lockstep(batches: Iterable[Batch], filler: Batch, group=None, device: torch.
         state = _MORE
         try:
             batch = next(local, None)
-        except RuntimeError:
+        except LOADER_FAILURES:
             if stop_on_failure is None or not stop_on_failure():
                 raise
             batch, state = None, _STOPPED

@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from gtscale.errors import UserError
 from gtscale.train.config import TrainConfig
 
 
@@ -46,8 +47,56 @@ def deepspeed_config(cfg: TrainConfig, world_size: int, micro_batch: int) -> dic
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
     }
-    out.update(ds.extra)
+    return merge_extra(out, ds.extra)
+
+
+def merge_extra(generated: dict, extra: dict, prefix: str = "deepspeed.extra") -> dict:
+    """`generated` with deepspeed.extra merged in deeply: a mapping in extra adds to gtscale's
+    mapping of the same key (extra.zero_optimization.reduce_bucket_size keeps zero_optimization.stage),
+    and a value gtscale sets itself is refused, naming the config key that sets it, since replacing
+    it would disagree with what the trainer does (train_batch_size is micro-batch × accumulation ×
+    ranks; the loss weighting relies on it)."""
+    out = dict(generated)
+    for key, value in extra.items():
+        path = f"{prefix}.{key}"
+        if key not in out or key in _EXTRA_MAY_REPLACE:
+            out[key] = value
+        elif isinstance(out[key], dict) and isinstance(value, dict):
+            out[key] = merge_extra(out[key], value, path)
+        else:
+            raise UserError(f"{path}: set by gtscale itself ({_SET_BY.get(key, 'from the deepspeed, optimizer and data.loader sections')}); remove it from deepspeed.extra")
     return out
+
+
+#: Keys gtscale fills with a default that training does not depend on: deepspeed.extra may replace them.
+_EXTRA_MAY_REPLACE = {"steps_per_print", "wall_clock_breakdown", "loss_scale", "pin_memory", "torch_adam"}
+#: Where the DeepSpeed keys gtscale fills come from, for the refusal of an extra that replaces one.
+_SET_BY = {
+    "train_micro_batch_size_per_gpu": "data.loader.batch_size",
+    "gradient_accumulation_steps": "deepspeed.gradient_accumulation_steps",
+    "train_batch_size": "data.loader.batch_size × deepspeed.gradient_accumulation_steps × ranks",
+    "stage": "deepspeed.zero_stage",
+    "gradient_clipping": "deepspeed.gradient_clipping",
+    "enabled": "deepspeed.precision",
+    "lr": "optimizer.lr", "betas": "optimizer.betas", "eps": "optimizer.eps", "weight_decay": "optimizer.weight_decay",
+}
+
+
+def check_with_deepspeed(config: dict) -> None:
+    """DeepSpeed's own reading of the config, its refusals (an AssertionError or a pydantic error
+    deep inside deepspeed.initialize) turned into one line. Every rank builds the same config, so
+    every rank refuses alike, before the engine exists."""
+    from deepspeed.runtime.config import DeepSpeedConfig
+    from pydantic import ValidationError
+
+    try:
+        DeepSpeedConfig(config)
+    except ValidationError as err:  # pydantic's first line only names the model; the field is in errors()
+        first = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()[:2])
+        raise UserError(f"deepspeed.extra: DeepSpeed refuses the resulting config: {err.title} {first}") from None
+    except (AssertionError, ValueError, TypeError) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise UserError(f"deepspeed.extra: DeepSpeed refuses the resulting config: {first}") from None
 
 
 

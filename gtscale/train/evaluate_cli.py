@@ -21,9 +21,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import yaml
 
-from gtscale.config import from_dict
+from gtscale.config import from_dict, load_yaml
 from gtscale.errors import UserError
 from gtscale.io import atomic_write_text
 from gtscale.models.export import MODEL_FILE, read_weights
@@ -44,7 +43,7 @@ def run_config(run_dir: Path) -> TrainConfig:
     path = run_dir / "config.yaml"
     if not path.is_file():
         raise UserError(f"{run_dir}: not a run directory (no config.yaml)")
-    raw = yaml.safe_load(path.read_text())
+    raw = load_yaml(path)  # not YAML, or not a mapping: one line naming the file
     raw = {k: v for k, v in raw.items() if k not in RUN_RECORD_KEYS}
     return from_dict(TrainConfig, raw)
 

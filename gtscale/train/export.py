@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from gtscale.config import load_yaml
 from gtscale.errors import UserError
 from gtscale.models.export import claim_export_dir, write_export
 from gtscale.train import checkpoint, safe_load
@@ -53,6 +54,11 @@ def best_tag(best: Path, tags: list[str]) -> str:
 def export(run_dir: Path, tag: str, out: Path) -> Path:
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out}: is a file, not a folder; name a folder for the export")
+    config = load_yaml(run_dir / "config.yaml")  # read before anything is written: a damaged one is one line
+    if not isinstance(config.get("model_resolved"), dict):
+        raise UserError(f"{run_dir / 'config.yaml'}: has no model_resolved mapping (not written by gtscale train, or edited)")
     tag = resolve_tag(run_dir, tag)
     claim_export_dir(out)  # before the consolidation, which takes minutes on a large model
     folder = run_dir / "checkpoints" / tag
@@ -66,7 +72,6 @@ def export(run_dir: Path, tag: str, out: Path) -> Path:
         state = safe_load.load_file(folder / "mp_rank_00_model_states.pt")["module"]
     # The auxiliary distance head only shapes training; the export is the backbone and task head.
     state = {k: v for k, v in state.items() if not k.startswith("distance_head.")}
-    config = yaml.safe_load((run_dir / "config.yaml").read_text())
     model_cfg = {**config["model_resolved"], "head": config_head(config)}
     return write_export(out, state, model_cfg, {"run_dir": str(run_dir), "tag": tag})
 

@@ -27,11 +27,13 @@ import time
 from pathlib import Path
 
 from gtscale.errors import EXIT_USER_ERROR, UserError
-from gtscale.train import checkpoint
+from gtscale.train import checkpoint, run_lock
 from gtscale.train.preflight import load_train_config
 
 EXIT_PREEMPTED = 75  # trainer.EXIT_PREEMPTED (not imported: that would load DeepSpeed in the launcher)
 FORWARDED = (signal.SIGTERM, signal.SIGUSR1)
+#: Signals torchrun's agent keeps: it passes them to the ranks' process groups and stops.
+AGENT_SIGNALS = "SIGINT,SIGHUP,SIGQUIT"
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -97,12 +99,14 @@ def run_torchrun(nproc: int, train_args: list[str]) -> list[int]:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
-    # The agent registers its own handlers for these; SIGTERM stays ours (forwarded to the ranks).
-    os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = "SIGINT,SIGHUP,SIGQUIT"
+    # The agent registers its own handlers for AGENT_SIGNALS; SIGTERM stays ours (forwarded to the
+    # ranks). It is named as torchrun's option, not only as TORCHELASTIC_SIGNALS_TO_HANDLE: torchrun
+    # sets that variable from --signals-to-handle (whose default includes SIGTERM) before it starts
+    # the ranks, and its handler would then stop them without a checkpoint and exit 143.
     for signum in FORWARDED:
         signal.signal(signum, _forward)
     try:
-        run(parse_args(["--standalone", f"--nproc_per_node={nproc}", "-m", "gtscale.cli", "train", *train_args]))
+        run(parse_args(["--standalone", f"--nproc_per_node={nproc}", f"--signals-to-handle={AGENT_SIGNALS}", "-m", "gtscale.cli", "train", *train_args]))
     except ChildFailedError as err:
         codes = [failure.exitcode for failure in err.failures.values()]
         if not all(code in (EXIT_PREEMPTED, EXIT_USER_ERROR) or code < 0 for code in codes):
@@ -118,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(list(sys.argv[1:] if argv is None else argv))
     try:
         cfg = load_train_config(args.config, args.overrides)
+        run_lock.check_free(cfg.run_dir)  # refused here, before any rank starts, when another run holds it
     except UserError as err:
         print(f"launch/train: error: {err}", file=sys.stderr)
         return EXIT_USER_ERROR

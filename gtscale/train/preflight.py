@@ -16,6 +16,7 @@ from pathlib import Path
 from gtscale.errors import UserError
 from gtscale.format.manifest import GRAPH_TASK, NODE_TASK, is_node_task, task_type
 from gtscale.models import parse_model_config
+from gtscale.train.engine_config import deepspeed_config
 from gtscale.train.config import ERROR_METRICS, TaskConfig, TrainConfig, read_train_config
 from gtscale.train.data_source import task_manifest
 from gtscale.train.node_metrics import METRICS as NODE_METRICS
@@ -50,6 +51,7 @@ def check_run(cfg: TrainConfig) -> TrainConfig:
         resolve_anomaly_weight(cfg.task, contents, cfg.data.train_split)  # auto needs both classes in the train split
     if cfg.init_from is not None and not Path(cfg.init_from).is_file():
         raise UserError(f"init_from: {cfg.init_from} not found (write it with `gtscale export RUN_DIR`)")
+    deepspeed_config(cfg, world_size=1, micro_batch=1)  # deepspeed.extra may not replace what gtscale sets
     return cfg
 
 

@@ -19,6 +19,13 @@ import signal
 import time
 
 
+#: What fetching a batch raises when the DataLoader's workers were killed: RuntimeError once torch
+#: has noticed a dead worker; ConnectionError or EOFError when the worker died while the training
+#: process was taking over a batch's shared-memory file descriptor from it (multiprocessing's
+#: resource sharer), before torch's check sees the worker gone.
+LOADER_FAILURES = (RuntimeError, ConnectionError, EOFError)
+
+
 class StopSignals:
     """SIGTERM / SIGUSR1 → `requested`; torch's SIGCHLD raise → `worker_failure` (a message)."""
 

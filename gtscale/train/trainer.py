@@ -68,12 +68,12 @@ from gtscale.loader.edge_batch import EdgeBatch
 from gtscale.train.distributed_eval import EvaluationStopped, lockstep
 from gtscale.errors import UserError
 from gtscale.io import atomic_write_text
-from gtscale.train import checkpoint
+from gtscale.train import checkpoint, run_lock
 from gtscale.train.config import TrainConfig
 from gtscale.train.data_source import split_loader, task_manifest
-from gtscale.train.engine_config import deepspeed_config, lr_scheduler, param_groups
+from gtscale.train.engine_config import check_with_deepspeed, deepspeed_config, lr_scheduler, param_groups
 from gtscale.train.run_log import RunLog
-from gtscale.train.stop_signals import StopSignals
+from gtscale.train.stop_signals import LOADER_FAILURES, StopSignals
 from gtscale.train.task_model import build_task_model, load_backbone, loader_keys
 from gtscale.train.tasks import build_task, predict
 from gtscale.train.throughput import StepResult, ThroughputWindow, progress_rate, real_nodes
@@ -88,6 +88,7 @@ class Trainer:
         self.cfg = cfg
         self.run_dir = Path(cfg.run_dir)
         self.ckpt_dir = self.run_dir / "checkpoints"
+        self._lock: run_lock.RunLock | None = None
         self._owns_group = join_process_group()
         try:
             self._build(cfg, resume)
@@ -99,6 +100,7 @@ class Trainer:
         import deepspeed
 
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        self._lock = run_lock.acquire_on_rank0(self.run_dir)  # one run per run_dir, before anything is read or written
         torch.manual_seed(cfg.seed)  # identical initial weights on every rank
         np.random.seed(cfg.seed + self.rank)
 
@@ -120,9 +122,10 @@ class Trainer:
         # Head first, then the backbone by depth, each group with its own LR (finetune.*); a frozen
         # backbone is a zero LR for its groups, since ZeRO partitions ignore later requires_grad flips.
         groups = param_groups(model, cfg)
+        ds_config = deepspeed_config(cfg, self.world_size, micro)
+        check_with_deepspeed(ds_config)  # deepspeed.extra's values: one line, not an AssertionError inside initialize
         self.engine, _, _, self.scheduler = deepspeed.initialize(
-            model=model, model_parameters=groups,
-            lr_scheduler=lr_scheduler(cfg, groups), config=deepspeed_config(cfg, self.world_size, micro),
+            model=model, model_parameters=groups, lr_scheduler=lr_scheduler(cfg, groups), config=ds_config,
         )
         self.device = self.engine.device
         self.float_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.deepspeed.precision, torch.float32)
@@ -149,7 +152,10 @@ class Trainer:
             self.task.log_start(self.log, self.step)
 
     def close(self) -> None:
-        """End the process group this Trainer created (on success and on error)."""
+        """Release the run_dir lock and end the process group this Trainer created (on success and on error)."""
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
         if self._owns_group and dist.is_initialized():
             dist.destroy_process_group()
         self._owns_group = False
@@ -165,7 +171,11 @@ class Trainer:
             return  # a first start under a requeue-ready launcher: nothing to resume yet
         if resume != "auto" and resume not in tags:
             raise UserError(f"{self.ckpt_dir}: no complete checkpoint {resume!r} (have {', '.join(tags) or 'none'})")
-        tag, state = checkpoint.restore(self.engine, self.ckpt_dir, tags if resume == "auto" else [resume], fallback=resume == "auto")
+        try:
+            tag, state = checkpoint.restore(self.engine, self.ckpt_dir, tags if resume == "auto" else [resume], fallback=resume == "auto")
+        except checkpoint.ModelMismatch as err:  # name what was edited since: config.yaml is still the checkpoints' own
+            changed = checkpoint.model_changes(self.run_dir / "config.yaml", self.model_cfg, self.cfg.task.head)
+            raise UserError(f"{err}; this config differs from {self.run_dir / 'config.yaml'} in {'; '.join(changed[:4]) or 'no recorded key'}") from None
         if len(state["loader"]) != self.world_size:
             raise RuntimeError(f"{self.ckpt_dir / tag}: saved by {len(state['loader'])} ranks, resuming with {self.world_size}")
         self.step, self.best = state["step"], state["best"]
@@ -201,7 +211,7 @@ class Trainer:
         count = self.cfg.deepspeed.gradient_accumulation_steps
         try:
             micro = [next(batches) for _ in range(count)]
-        except RuntimeError:  # DataLoader: "worker (pid N) exited unexpectedly" / "is killed by signal"
+        except LOADER_FAILURES:  # DataLoader: "worker (pid N) exited unexpectedly" / "is killed by signal"
             self.stops.defer_worker_failures()
             if self.stops.wait():
                 return None

@@ -63,3 +63,19 @@ def test_exponent_floats_without_a_point_are_numbers(tmp_path):
     path.write_text("lr: 1e-5\nname: 1e5x\n")
     assert load_yaml(path) == {"lr": 1e-5, "name": "1e5x"}
     assert apply_overrides({}, ["schedule.min_lr=2E-6", "a=-3e+2"]) == {"schedule": {"min_lr": 2e-6}, "a": -300.0}
+
+
+def test_deepspeed_extra_merges_deeply_and_refuses_what_gtscale_sets(tpsa_shards, tmp_path):
+    """extra.zero_optimization adds to gtscale's zero_optimization (it used to replace it, dropping
+    `stage`); a key gtscale sets itself is refused naming its dotted path."""
+    from gtscale.errors import UserError
+    from gtscale.train.preflight import load_train_config
+    from gtscale.train.engine_config import deepspeed_config, merge_extra
+
+    cfg = load_train_config(write_config(tmp_path / "c.yaml", tpsa_shards, tmp_path / "run"),
+                            ["deepspeed.zero_stage=1", "deepspeed.extra={zero_optimization: {reduce_bucket_size: 1000}, steps_per_print: 5}"])
+    ds = deepspeed_config(cfg, world_size=2, micro_batch=4)
+    assert ds["zero_optimization"] == {"stage": 1, "reduce_bucket_size": 1000} and ds["steps_per_print"] == 5
+    assert ds["train_batch_size"] == 8
+    with pytest.raises(UserError, match=r"^deepspeed\.extra\.optimizer\.params\.lr: set by gtscale itself \(optimizer\.lr\)"):
+        merge_extra(ds, {"optimizer": {"params": {"lr": 1.0}}})

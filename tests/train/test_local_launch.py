@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from gtscale.errors import UserError
+from gtscale.train import run_lock
 from launcher import REPO, write_config
 
 LAUNCH = REPO / "launch" / "train"
@@ -101,3 +103,52 @@ def test_sigusr1_to_the_wrapper_checkpoints_and_exits_75(tpsa_shards, tmp_path):
     tags = sorted(p.name for p in (run / "checkpoints").iterdir() if (p / "COMPLETE").is_file())
     assert len(tags) == 1 and f"ranks exited 75 after checkpoint {tags[0]}: exiting 75" in output
     assert "Traceback" not in output
+
+
+def _signal_targets(proc: subprocess.Popen, target: str) -> None:
+    """SIGTERM as each sender does it: `kill PID`, `kill -TERM -PGID`, and scancel (every process of
+    the job, the ranks and their DataLoader workers included)."""
+    import psutil
+
+    if target == "wrapper":
+        proc.send_signal(signal.SIGTERM)
+    elif target == "group":
+        os.killpg(proc.pid, signal.SIGTERM)  # the wrapper leads its own group; the ranks have sessions of their own
+    else:
+        for p in [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]:
+            try:
+                p.send_signal(signal.SIGTERM)
+            except psutil.NoSuchProcess:
+                pass
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target,nproc,workers", [("wrapper", 1, 0), ("group", 1, 0), ("every", 2, 1)])
+def test_sigterm_checkpoints_exits_75_and_resumes_at_its_step(tpsa_shards, tmp_path, target, nproc, workers):
+    """SIGTERM however sent: the ranks checkpoint, launch/train exits 75 (torchrun's own handler used
+    to stop them and exit 143), and --resume auto continues at the next step."""
+    run = tmp_path / "run"
+    cfg = write_config(tmp_path / "c.yaml", tpsa_shards, run, schedule={"total_steps": 2000, "warmup_steps": 5}, data={"loader": {"num_workers": workers}})
+    argv = [str(LAUNCH), "--nproc_per_node", str(nproc), str(cfg)]
+    log = open(tmp_path / "launch.log", "wb")
+    proc = subprocess.Popen(argv, env=launch_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.time() + 400
+        while not (run / "metrics.jsonl").is_file() or '"split": "train"' not in (run / "metrics.jsonl").read_text():
+            assert proc.poll() is None and time.time() < deadline, (tmp_path / "launch.log").read_text()[-3000:]
+            time.sleep(0.5)
+        with pytest.raises(UserError, match="another run is using it"):  # the running rank 0 holds run_dir
+            run_lock.check_free(run)
+        _signal_targets(proc, target)
+        assert proc.wait(timeout=300) == 75, (tmp_path / "launch.log").read_text()[-3000:]
+    finally:
+        end_tree(proc)
+    output = (tmp_path / "launch.log").read_text()
+    tags = sorted(p.name for p in (run / "checkpoints").iterdir() if (p / "COMPLETE").is_file())
+    assert len(tags) == 1 and "without a checkpoint" not in output and "Traceback" not in output, output[-3000:]
+    step = json.loads((run / "checkpoints" / tags[0] / "COMPLETE").read_text())["step"]
+    trained = len((run / "metrics.jsonl").read_text().splitlines())
+    resumed = subprocess.run([*argv, f"max_steps={step + 1}", "--resume", "auto"], env=launch_env(), capture_output=True, text=True, timeout=400)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    new_rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()[trained:]]
+    assert [r["step"] for r in new_rows if r["split"] == "train"] == [step + 1]
