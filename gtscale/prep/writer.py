@@ -34,6 +34,7 @@ from gtscale.prep.featurize import FeaturizeError, featurize_smiles_keyed, molec
 from gtscale.prep.sources.base import MoleculeTable
 from gtscale.prep.structure import StructureOptions, structure_many
 from gtscale.format.manifest import PARTS_DIR, PLAN_FILE, dedup_order
+from gtscale.format.target_stats import TARGET_STATS, split_target_stats
 from gtscale.io import atomic_write_text, sha256_file
 from gtscale.format.tario import ShardWriter, sample_key
 
@@ -227,6 +228,12 @@ def drop_duplicate_rows(table: MoleculeTable, workers: int) -> tuple[MoleculeTab
     return replace(table, splits={s: splits[s] for s in table.splits}), dropped
 
 
+def planned_targets(tasks: list[ShardTask], table: MoleculeTable) -> dict[str, np.ndarray]:
+    """Each split's targets [n, T] of the rows its shard tasks hold (those kept by --drop-duplicates)."""
+    empty = np.zeros((0, len(table.target_names)), dtype=np.float32)
+    return {split: np.concatenate([empty, *(t.targets for t in tasks if t.split == split)]) for split in table.splits}
+
+
 def write_plan(
     table: MoleculeTable,
     tasks: list[ShardTask],
@@ -243,7 +250,8 @@ def write_plan(
         "dataset": table.name,
         "sources": [{"path": str(p), "sha256": checksums[str(p)], "bytes": p.stat().st_size} for p in table.source_files],
         "transform": {**asdict(options.structure), "max_nodes": options.max_nodes, "shard_size": options.shard_size, "drop_duplicates": options.drop_duplicates},
-        "task": {"type": table.task_type, "num_targets": len(table.target_names), "target_names": table.target_names},
+        "task": {"type": table.task_type, "num_targets": len(table.target_names), "target_names": table.target_names}
+        | ({TARGET_STATS: split_target_stats(planned_targets(tasks, table))} if table.task_type == "graph_regression" else {}),
         "features": {"node": list(schema.ATOM_FEATURE_DIMS), "edge": list(schema.BOND_FEATURE_DIMS)},
         "splits": {split: {"rows": int(len(rows)), "shards": [t.name for t in tasks if t.split == split]} for split, rows in table.splits.items()},
         "dropped_duplicates": dropped,

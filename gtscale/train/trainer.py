@@ -74,6 +74,7 @@ from gtscale.train.engine_config import deepspeed_config, lr_scheduler, param_gr
 from gtscale.train.run_log import RunLog
 from gtscale.train.stop_signals import StopSignals
 from gtscale.train.node_task import evaluate_nodes, features_baseline, labelled_targets, node_task_loss, resolve_anomaly_weight, target_scores
+from gtscale.train.target_scaling import resolve_target_scaling
 from gtscale.train.task_model import build_task_model, is_node_task, load_backbone, loader_keys
 from gtscale.train.tasks import evaluate, predictions, task_loss
 from gtscale.train.throughput import StepResult, ThroughputWindow, progress_rate, real_nodes
@@ -106,6 +107,8 @@ class Trainer:
         num_targets = int(self.manifest["task"]["num_targets"])
         self.node_task = is_node_task(self.manifest)
         self.pos_weight = resolve_anomaly_weight(cfg.task, self.manifest, cfg.data.train_split) if self.node_task else 1.0
+        if cfg.task.loss in ("l1", "mse"):  # auto → the train split's statistics; config.yaml records the values
+            cfg.task.target_shift, cfg.task.target_scale = resolve_target_scaling(cfg.task, self.manifest, cfg.data.train_split, num_targets)
         model, self.model_cfg = build_task_model(cfg, num_targets, self.manifest)
         if cfg.init_from is not None:
             load_backbone(model, cfg.init_from)

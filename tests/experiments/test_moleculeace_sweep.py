@@ -28,7 +28,7 @@ def tiny_config(path: Path, shards: Path, run_dir: Path) -> Path:
         "data": {"shards": str(shards), "loader": {"batching": "graphs", "batch_size": 32, "num_workers": 0}},
         "model": "egt-small",
         "model_overrides": {"num_layers": 1, "node_width": 16, "edge_width": 4, "num_heads": 2, "num_virtual_nodes": 1, "svd_rank": 0},
-        "task": {"loss": "mse", "metric": "rmse", "evaluator": "regression", "head": {"hidden": [16]}, "target_shift": -1.7},
+        "task": {"loss": "mse", "metric": "rmse", "evaluator": "regression", "head": {"hidden": [16]}},
         "optimizer": {"lr": 1e-3}, "schedule": {"total_steps": 3, "warmup_steps": 1},
         "checkpoint": {"every": 1000}, "eval": {"every": 0}, "logging": {"every": 1, "tensorboard": False, "progress": False},
     }))
@@ -47,6 +47,8 @@ def test_sweep_scores_each_seed_best_checkpoint_on_test_and_compares_with_ecfp(a
         assert saved["samples"] == test_samples and saved["metrics"]["rmse"] == run["metrics"]["rmse"]
         resolved = yaml.safe_load((Path(run["run_dir"]) / "config.yaml").read_text())
         assert resolved["seed"] == resolved["data"]["loader"]["seed"] == run["seed"]  # init and data order
+        train_stats = load_manifest(ace_shards)["task"]["target_stats"]["train"]  # task.target_* auto: the train split's
+        assert resolved["task"]["target_shift"] == train_stats["mean"] and resolved["task"]["target_scale"] == train_stats["std"]
         assert 0 < run["metrics"]["cliff_rmse"] < 100
         # the separate evaluation step agrees with the trainer's own scoring of the same checkpoint
         logged = [json.loads(line) for line in (Path(run["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
