@@ -137,7 +137,10 @@ class CheckpointConfig:
 
 @dataclass
 class EvalConfig:
-    every: int = 500  # steps between evaluations (and at the end); 0 = only at the end
+    # steps between evaluations (and at the end); 0 = only at the end; epoch = once per pass over
+    # the train split (eval_schedule.py), which suits small sets (MoleculeACE: ~75 steps of 32)
+    every: Union[Literal["epoch"], int] = 500
+    patience: int = 0  # stop after this many evaluations in a row without a better task.metric; 0 = never
 
 
 @dataclass
@@ -201,7 +204,8 @@ RANGES: dict[str, tuple[Callable[[Any, "TrainConfig"], bool], str]] = {
     "deepspeed.gradient_clipping": (_finite(0.0), ">= 0 (0 = off)"),
     "checkpoint.every": (lambda v, _: v >= 1, ">= 1"),
     "checkpoint.keep": (lambda v, _: v >= 0, ">= 0 (0 = keep all)"),
-    "eval.every": (lambda v, _: v >= 0, ">= 0 (0 = only at the end)"),
+    "eval.every": (lambda v, _: v == "epoch" or v >= 0, ">= 0 (0 = only at the end), or epoch"),
+    "eval.patience": (lambda v, _: v >= 0, ">= 0 (0 = never stop early)"),
     "logging.every": (lambda v, _: v >= 1, ">= 1"),
     "data.graph.fraction": (lambda v, _: math.isfinite(v) and 0 < v <= 1, "in (0, 1]"),
     "data.graph.train_ratio": (lambda v, _: math.isfinite(v) and 0 < v < 1, "strictly between 0 and 1"),
