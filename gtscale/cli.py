@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "graph": ("gtscale.graphs.cli", "huge graphs: `graph build {dgl,mat,plain,synthetic}` an on-disk CSR store, `graph info`"),
     "evaluate": ("gtscale.train.evaluate_cli", "score a split (default test) with a run's best-validation checkpoint"),
     "sweep": ("gtscale.experiments.sweep", "one run per seed, test metrics at the best checkpoint as mean ± std; --compare sweeps in one table"),
+    "moleculeace-table": ("gtscale.experiments.moleculeace_table", "ECFP + SVR and gtscale arms over MoleculeACE sets: per-set RMSE / cliff RMSE and their mean, one table"),
     "import-checkpoint": ("gtscale.interop.cli", "an authors' Graphormer (fairseq) or EGT checkpoint → a gtscale export"),
 }
 

@@ -14,6 +14,7 @@ import numpy as np
 from rdkit import RDConfig
 
 from gtscale.format import schema
+from gtscale.format.target_stats import TARGET_STATS, split_target_stats
 from gtscale.prep.featurize import FeaturizeError, featurize_smiles
 from gtscale.prep.structure import StructureOptions, structure_many
 from gtscale.format.tario import sample_key, write_shard
@@ -61,7 +62,7 @@ def nci_records(count: int, max_nodes: int = 51, options: StructureOptions = OPT
 def write_dataset(root: Path, records: list[tuple[int, dict]], shard_sizes: dict[str, list[int]], options: StructureOptions = OPTIONS) -> Path:
     """Write shards of the given sizes per split (records dealt out in order) and manifest.json."""
     root.mkdir(parents=True, exist_ok=True)
-    splits, start = {}, 0
+    splits, targets, start = {}, {}, 0
     for split, sizes in shard_sizes.items():
         shards = []
         for number, size in enumerate(sizes):
@@ -72,11 +73,13 @@ def write_dataset(root: Path, records: list[tuple[int, dict]], shard_sizes: dict
             stats = write_shard(root / rel, [(sample_key(idx), record) for idx, record in chunk])
             shards.append({"path": rel, **stats, "max_nodes": max(len(r[schema.X]) for _, r in chunk)})
         splits[split] = {"samples": sum(s["samples"] for s in shards), "shards": shards, "rejected": {}}
+        targets[split] = np.stack([record[schema.Y].reshape(-1) for _, record in records[start - sum(sizes) : start]])
     manifest = {
         "schema_version": schema.SCHEMA_VERSION,
         "dataset": "nci-tpsa",
         "transform": {"spd": options.spd, "degree": options.degree, "svd_rank": options.svd_rank, "lap_k": options.lap_k},
-        "task": {"type": "graph_regression", "num_targets": 2, "target_names": ["tpsa", "tpsa_tenth"]},
+        "task": {"type": "graph_regression", "num_targets": 2, "target_names": ["tpsa", "tpsa_tenth"],
+                 TARGET_STATS: split_target_stats(targets)},
         "features": {"node": list(schema.ATOM_FEATURE_DIMS), "edge": list(schema.BOND_FEATURE_DIMS)},
         "splits": splits,
     }

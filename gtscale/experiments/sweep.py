@@ -9,8 +9,10 @@ when the overrides do not fix it), one after another, so a sweep that was interr
 where it stopped. Then `gtscale evaluate` (evaluate_cli) scores each run's
 best-validation checkpoint on the test split; for MoleculeACE shards the activity-cliff RMSE is
 added. <run_dir>/sweep.json holds every run's metrics and their mean ± sample std (ddof 1),
-<run_dir>/sweep.md the same as a Markdown table. `--collect` skips training (after the runs were
-trained elsewhere, e.g. as the SLURM array of slurm/sweep.sbatch).
+<run_dir>/sweep.md the same as a Markdown table; with several seeds a second row scores their
+ensemble (the mean prediction, experiments/ensemble.py) on the same split (graph tasks). `--collect`
+skips training (after the runs were trained elsewhere, e.g. as the SLURM array of
+slurm/sweep.sbatch).
 """
 
 from __future__ import annotations
@@ -101,17 +103,22 @@ def train_command(config: str, overrides: list[str], seed: int, run_dir: Path, n
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "-m", "gtscale.cli", *args]
 
 
+def with_cliff_rmse(metrics: dict, shards: str | None, idx: np.ndarray, y_pred: np.ndarray, y_true: np.ndarray) -> dict:
+    """`metrics` plus MoleculeACE's activity-cliff RMSE when the shards are a MoleculeACE set."""
+    from gtscale.experiments import moleculeace
+
+    if shards is not None and moleculeace.is_moleculeace(shards):
+        metrics = metrics | {"cliff_rmse": moleculeace.cliff_rmse(moleculeace.source_table(shards), idx, y_pred, y_true)}
+    return metrics
+
+
 def seed_metrics(run_dir: Path, seed: int, split: str) -> dict:
     """Test metrics of one run at its best-validation checkpoint (+ cliff RMSE on MoleculeACE)."""
-    from gtscale.experiments import moleculeace
     from gtscale.train.evaluate_cli import evaluate_run, run_config
 
     result = evaluate_run(run_dir, split, "best")
-    metrics = dict(result["metrics"])
-    shards = run_config(run_dir).data.shards
-    if moleculeace.is_moleculeace(shards):
-        saved = np.load(run_dir / "eval" / f"{split}-{result['tag']}.npz")
-        metrics["cliff_rmse"] = moleculeace.cliff_rmse(moleculeace.source_table(shards), saved["idx"], saved["y_pred"], saved["y_true"])
+    saved = np.load(run_dir / "eval" / f"{split}-{result['tag']}.npz")
+    metrics = with_cliff_rmse(dict(result["metrics"]), run_config(run_dir).data.shards, saved["idx"], saved["y_pred"], saved["y_true"])
     best = json.loads((run_dir / "best.json").read_text()) if (run_dir / "best.json").is_file() else {}
     return {"seed": seed, "run_dir": str(run_dir), "tag": result["tag"], "best_valid": best.get("value"), "metrics": metrics}
 
@@ -134,8 +141,33 @@ def run_sweep(config: str, overrides: list[str], seeds: list[int], nproc: int = 
             raise UserError(f"--collect: {run_dir} has not been trained")
         runs.append(seed_metrics(run_dir, seed, split))
     row = {"label": label or Path(config).stem, "config": config, "overrides": overrides, "split": split, "runs": runs, "summary": summarize(runs)}
-    write_sweep(base, [row])
+    ensemble = ensemble_row(row) if len(runs) > 1 else None
+    write_sweep(base, [row] if ensemble is None else [row, ensemble])
     return base
+
+
+def ensemble_row(row: dict) -> dict | None:
+    """The ensemble of a sweep row's seeds as a row of its own: each seed's `split` predictions at
+    its best-validation checkpoint (RUN/eval/<split>-<tag>.npz), averaged (ensemble.py), scored
+    like one run (+ cliff RMSE on MoleculeACE). None for node tasks, whose Macro-F1 threshold is
+    chosen per model on validation."""
+    from gtscale.experiments.ensemble import mean_prediction
+    from gtscale.train.evaluate_cli import run_config
+    from gtscale.train.tasks import evaluate
+
+    split, runs = row["split"], row["runs"]
+    cfg = run_config(Path(runs[0]["run_dir"]))
+    if cfg.task.loss == "node_bce":
+        return None
+    saved = [np.load(Path(r["run_dir"]) / "eval" / f"{split}-{r['tag']}.npz") for r in runs]
+    idx, y_true = saved[0]["idx"], saved[0]["y_true"]
+    for run, other in zip(runs[1:], saved[1:]):
+        if not np.array_equal(other["idx"], idx):
+            raise UserError(f"{run['run_dir']}: scored other {split} samples than {runs[0]['run_dir']}; an ensemble needs the same shards")
+    y_pred = mean_prediction(np.stack([s["y_pred"] for s in saved]), cfg.task.loss)
+    metrics = with_cliff_rmse(evaluate(y_pred, y_true, cfg.task), cfg.data.shards, idx, y_pred, y_true)
+    ensemble = {"seed": "ensemble", "seeds": [r["seed"] for r in runs], "tags": [r["tag"] for r in runs], "metrics": metrics}
+    return {"label": f"{row['label']}, ensemble of {len(runs)}", "split": split, "ensemble_of": row["label"], "runs": [ensemble], "summary": summarize([ensemble])}
 
 
 def split_seeds(values: list[str], overrides: list[str]) -> tuple[list[int], list[str]]:

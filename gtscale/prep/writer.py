@@ -32,6 +32,7 @@ from gtscale.format.manifest import PARTS_DIR, dedup_order
 from gtscale.io import sha256_file
 from gtscale.prep import driver
 from gtscale.prep.driver import ShardRecords, ShardTask, init_worker, write_shard
+from gtscale.format.target_stats import TARGET_STATS, split_target_stats
 
 
 @dataclass(frozen=True)
@@ -172,13 +173,20 @@ def drop_duplicate_rows(table: MoleculeTable, workers: int) -> tuple[MoleculeTab
     return replace(table, splits={s: splits[s] for s in table.splits}), dropped
 
 
-def plan_fields(table: MoleculeTable, options: ShardOptions, checksums: dict[str, str], dropped: dict[str, list[list[int]]]) -> dict:
+def planned_targets(tasks: list[MoleculeTask], table: MoleculeTable) -> dict[str, np.ndarray]:
+    """Each split's targets [n, T] of the rows its shard tasks hold (those kept by --drop-duplicates)."""
+    empty = np.zeros((0, len(table.target_names)), dtype=np.float32)
+    return {split: np.concatenate([empty, *(t.targets for t in tasks if t.split == split)]) for split in table.splits}
+
+
+def plan_fields(table: MoleculeTable, tasks: list[MoleculeTask], options: ShardOptions, checksums: dict[str, str], dropped: dict[str, list[list[int]]]) -> dict:
     """What plan.json says of a molecule dataset (the driver adds fingerprint, version and splits)."""
     return {
         "dataset": table.name,
         "sources": [{"path": str(p), "sha256": checksums[str(p)], "bytes": p.stat().st_size} for p in table.source_files],
         "transform": {**asdict(options.structure), "max_nodes": options.max_nodes, "shard_size": options.shard_size, "drop_duplicates": options.drop_duplicates},
-        "task": {"type": table.task_type, "num_targets": len(table.target_names), "target_names": table.target_names},
+        "task": {"type": table.task_type, "num_targets": len(table.target_names), "target_names": table.target_names}
+        | ({TARGET_STATS: split_target_stats(planned_targets(tasks, table))} if table.task_type == "graph_regression" else {}),
         "features": {"node": list(schema.ATOM_FEATURE_DIMS), "edge": list(schema.BOND_FEATURE_DIMS)},
         "dropped_duplicates": dropped,
     }
@@ -220,7 +228,7 @@ def shard_table(
     kept, dropped = drop_duplicate_rows(table, workers) if options.drop_duplicates else (table, {})
     tasks = plan_tasks(kept, options.shard_size)
     rows = {split: len(r) for split, r in table.splits.items()}
-    driver.write_plan(out_dir, run_fingerprint, tasks, rows, plan_fields(table, options, checksums, dropped))
+    driver.write_plan(out_dir, run_fingerprint, tasks, rows, plan_fields(table, tasks, options, checksums, dropped))
     return driver.run_tasks(
         tasks, partial(molecule_records, options=options), out_dir, run_fingerprint, workers, part, num_parts, progress,
         desc=f"shard {table.name}" + (f" part {part}/{num_parts}" if num_parts > 1 else ""), unit="mol",

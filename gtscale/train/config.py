@@ -82,8 +82,12 @@ class TaskConfig:
     # `gtscale shard graph-ego`: AUROC, AUPRC, Macro-F1, Rec@K of the eval split's target nodes)
     evaluator: str = "pcqm4mv2"
     head: dict = field(default_factory=dict)  # head overrides on top of the model YAML's `head` section (num_outputs: the shards' targets)
-    target_scale: float = 1.0  # regression: the model predicts y / target_scale (keeps targets O(1))
-    target_shift: float = 0.0  # regression: … and (y − target_shift)
+    # regression: the model predicts (y − target_shift) / target_scale, which keeps targets O(1).
+    # auto = the train split's mean and std of each target (the manifest's task.target_stats,
+    # recorded by the sharder; target_scaling.py); a number applies to every target, a list gives
+    # one per target. The run's config.yaml records the values used.
+    target_scale: Union[Literal["auto"], float, list[float]] = "auto"
+    target_shift: Union[Literal["auto"], float, list[float]] = "auto"
     aux_distance: Optional[AuxDistanceConfig] = None  # EGT's auxiliary distance prediction; off when absent
     # node_bce: ω, the weight of anomalous targets; auto = #normal / #anomalous of the train split
     # (the manifest's task.label_counts), 1 = plain BCE
@@ -141,7 +145,10 @@ class CheckpointConfig:
 
 @dataclass
 class EvalConfig:
-    every: int = 500  # steps between evaluations (and at the end); 0 = only at the end
+    # steps between evaluations (and at the end); 0 = only at the end; epoch = once per pass over
+    # the train split (eval_schedule.py), which suits small sets (MoleculeACE: ~75 steps of 32)
+    every: Union[Literal["epoch"], int] = 500
+    patience: int = 0  # stop after this many evaluations in a row without a better task.metric; 0 = never
 
 
 @dataclass
@@ -179,6 +186,10 @@ def _finite(low: float, low_open: bool = False) -> Callable[[Any, "TrainConfig"]
     return lambda v, _: math.isfinite(v) and (v > low if low_open else v >= low)
 
 
+def _as_list(value: float | list[float]) -> list[float]:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
 #: Every range-checked field: dotted key → (test of (value, whole config), what it must be).
 #: Checked when a TrainConfig is built, so a bad value fails before any process group starts.
 RANGES: dict[str, tuple[Callable[[Any, "TrainConfig"], bool], str]] = {
@@ -201,7 +212,8 @@ RANGES: dict[str, tuple[Callable[[Any, "TrainConfig"], bool], str]] = {
     "deepspeed.gradient_clipping": (_finite(0.0), ">= 0 (0 = off)"),
     "checkpoint.every": (lambda v, _: v >= 1, ">= 1"),
     "checkpoint.keep": (lambda v, _: v >= 0, ">= 0 (0 = keep all)"),
-    "eval.every": (lambda v, _: v >= 0, ">= 0 (0 = only at the end)"),
+    "eval.every": (lambda v, _: v == "epoch" or v >= 0, ">= 0 (0 = only at the end), or epoch"),
+    "eval.patience": (lambda v, _: v >= 0, ">= 0 (0 = never stop early)"),
     "logging.every": (lambda v, _: v >= 1, ">= 1"),
     "data.graph.fraction": (lambda v, _: math.isfinite(v) and 0 < v <= 1, "in (0, 1]"),
     "data.graph.train_ratio": (lambda v, _: math.isfinite(v) and 0 < v < 1, "strictly between 0 and 1"),
@@ -210,8 +222,8 @@ RANGES: dict[str, tuple[Callable[[Any, "TrainConfig"], bool], str]] = {
     "data.graph.max_nodes": (lambda v, _: 1 <= v <= 65535, "in 1..65535"),
     "data.graph.svd_rank": (lambda v, _: v >= 0, ">= 0 (0 = off)"),
     "data.graph.lap_k": (lambda v, _: v >= 0, ">= 0 (0 = off)"),
-    "task.target_scale": (_finite(0.0, low_open=True), "> 0"),
-    "task.target_shift": (lambda v, _: math.isfinite(v), "finite"),
+    "task.target_scale": (lambda v, _: v == "auto" or all(math.isfinite(x) and x > 0 for x in _as_list(v)), "> 0 (a number, one per target, or auto)"),
+    "task.target_shift": (lambda v, _: v == "auto" or all(math.isfinite(x) for x in _as_list(v)), "finite (a number, one per target, or auto)"),
     "task.anomaly_weight": (lambda v, _: v == "auto" or (math.isfinite(v) and v > 0), "auto or a number > 0"),
     "task.aux_distance.max_hops": (lambda v, _: v >= 1, ">= 1"),
     "task.aux_distance.weight": (_finite(0.0), ">= 0"),

@@ -21,6 +21,7 @@ from gtscale.train.config import ERROR_METRICS, TaskConfig, TrainConfig, read_tr
 from gtscale.train.data_source import task_manifest
 from gtscale.train.node_metrics import METRICS as NODE_METRICS
 from gtscale.train.node_task import resolve_anomaly_weight
+from gtscale.train.target_scaling import resolve_target_scaling
 from gtscale.train.task_model import check_task_model, task_model_config
 
 #: The evaluator of node shards; it reports node_metrics.METRICS (all higher is better).
@@ -47,6 +48,8 @@ def check_run(cfg: TrainConfig) -> TrainConfig:
     for key in ("train_split", "eval_split"):
         if getattr(cfg.data, key) not in splits:
             raise UserError(f"data.{key}: {getattr(cfg.data, key)!r} is not a split of {manifest} (has {', '.join(splits)})")
+    if cfg.task.loss in ("l1", "mse"):
+        resolve_target_scaling(cfg.task, contents, cfg.data.train_split, num_targets)  # auto needs the manifest's statistics
     if is_node_task(contents):
         resolve_anomaly_weight(cfg.task, contents, cfg.data.train_split)  # auto needs both classes in the train split
     if cfg.init_from is not None and not Path(cfg.init_from).is_file():

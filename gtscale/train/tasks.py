@@ -14,6 +14,7 @@ own evaluators.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, Iterable, Optional, Protocol
 
 import numpy as np
@@ -126,7 +127,7 @@ def task_loss(scores: torch.Tensor, y: torch.Tensor, y_mask: torch.Tensor, task:
     if task.loss == "bce":
         per_entry = F.binary_cross_entropy_with_logits(scores, y, reduction="none")
     else:
-        target = (y - task.target_shift) / task.target_scale
+        target = (y - per_target(task.target_shift, y)) / per_target(task.target_scale, y)
         per_entry = (scores - target).abs() if task.loss == "l1" else (scores - target) ** 2
     mask = y_mask.to(per_entry.dtype)
     return (per_entry * mask).sum() / mask.sum().clamp(min=1.0)
@@ -138,7 +139,21 @@ def predictions(scores: torch.Tensor, task: TaskConfig) -> torch.Tensor:
     scores = scores.float()
     if task.loss == "bce":
         return scores
-    return scores * task.target_scale + task.target_shift
+    return scores * per_target(task.target_scale, scores) + per_target(task.target_shift, scores)
+
+
+def per_target(value: float | list[float], like: torch.Tensor) -> float | torch.Tensor:
+    """A target_shift / target_scale that broadcasts over [B, T]: a number as is, a list (one per
+    target, as auto resolves) as a tensor on `like`'s device, made once (a host→device copy per
+    step would be one more synchronisation)."""
+    if isinstance(value, (int, float)):
+        return value
+    return _constant(tuple(value), like.device, like.dtype)
+
+
+@functools.lru_cache(maxsize=16)
+def _constant(values: tuple[float, ...], device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    return torch.tensor(values, dtype=dtype, device=device)
 
 
 def multitarget_regression(y_pred: np.ndarray, y_true: np.ndarray) -> dict[str, float]:

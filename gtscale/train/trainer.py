@@ -76,6 +76,8 @@ from gtscale.train.run_log import RunLog
 from gtscale.train.stop_signals import LOADER_FAILURES, StopSignals
 from gtscale.train.task_model import build_task_model, load_backbone, loader_keys
 from gtscale.train.tasks import build_task, predict
+from gtscale.train.eval_schedule import Patience, eval_interval
+from gtscale.train.target_scaling import resolve_target_scaling
 from gtscale.train.throughput import StepResult, ThroughputWindow, progress_rate, real_nodes
 
 #: Exit status after checkpointing on SIGTERM / SIGUSR1: "stopped for preemption, requeue me".
@@ -106,6 +108,8 @@ class Trainer:
 
         self.manifest = task_manifest(cfg.data)  # shards' manifest, or the same keys for a graph store
         num_targets = int(self.manifest["task"]["num_targets"])
+        if cfg.task.loss in ("l1", "mse"):  # auto → the train split's statistics; config.yaml records the values
+            cfg.task.target_shift, cfg.task.target_scale = resolve_target_scaling(cfg.task, self.manifest, cfg.data.train_split, num_targets)
         self.task = build_task(cfg, self.manifest)
         model, self.model_cfg = build_task_model(cfg, num_targets, self.manifest)
         if cfg.init_from is not None:
@@ -132,6 +136,8 @@ class Trainer:
 
         self.step = 0
         self.best: dict = {}
+        self.eval_every = eval_interval(cfg.eval.every, self.train_loader.batches_per_epoch, cfg.deepspeed.gradient_accumulation_steps)
+        self.patience = Patience(cfg.eval.patience)
         self.eval_pending = False  # a stop came on an evaluation step: the resumed job evaluates first
         self.target_sum = torch.zeros(num_targets, dtype=torch.float64)
         self.target_count = torch.zeros(num_targets, dtype=torch.float64)
@@ -180,6 +186,7 @@ class Trainer:
             raise RuntimeError(f"{self.ckpt_dir / tag}: saved by {len(state['loader'])} ranks, resuming with {self.world_size}")
         self.step, self.best = state["step"], state["best"]
         self.eval_pending = bool(state.get("eval_pending", False))
+        self.patience.since_best = int(state.get("evals_since_best", 0))
         self.target_sum, self.target_count = state["targets"][self.rank]
         self.train_loader.load_state_dict(state["loader"][self.rank])
         checkpoint.set_rng_state(state["rng"][self.rank])
@@ -191,6 +198,7 @@ class Trainer:
             "step": self.step,
             "best": self.best,
             "eval_pending": self.eval_pending,
+            "evals_since_best": self.patience.since_best,
             "targets": checkpoint.gather_to_all((self.target_sum, self.target_count)),
             "loader": checkpoint.gather_to_all(self.train_loader.state_dict(self._ahead_position)),
             "rng": checkpoint.gather_to_all(checkpoint.rng_state()),
@@ -385,9 +393,11 @@ class Trainer:
         try:
             if self.eval_pending and self._evaluate_and_save(stop=False, final=self.step >= last_step, evaluate_now=True):
                 return self._stopped(save=False)  # the previous job stopped on an evaluation step, and this one too
+            if self.patience.exhausted:  # stopped early (also: in the job this one resumes)
+                return 0
             if self.step < last_step and not self._prime(batches):
                 return self._stopped(save=self.step > 0 and checkpoint.tag_of(self.step) not in checkpoint.complete_tags(self.ckpt_dir))
-            while self.step < last_step:
+            while self.step < last_step and not self.patience.exhausted:
                 result = self.train_step(batches, fetch_next=self.step + 1 < last_step)
                 window.add(result)
                 if self.step % self.cfg.logging.every == 0 or self.step == last_step or result.stop:
@@ -430,12 +440,12 @@ class Trainer:
 
     def _evaluate_and_save(self, stop: bool, final: bool, evaluate_now: bool = False) -> bool:
         """Evaluate every eval.every steps, checkpoint every checkpoint.every steps, on a new best
-        metric and when a stop was requested; both at the last step. A stop on an evaluation step
-        (also one that ends an evaluation midway) checkpoints and leaves the evaluation to the resumed
-        job (eval_pending). Returns whether to stop."""
+        metric, when a stop was requested and when eval.patience runs out; both at the last step. A
+        stop on an evaluation step (also one that ends an evaluation midway) checkpoints and leaves
+        the evaluation to the resumed job (eval_pending). Returns whether to stop (for requeue)."""
         cfg = self.cfg
         save = final or stop or (not evaluate_now and self.step % cfg.checkpoint.every == 0)  # evaluate_now: saved already
-        due = evaluate_now or final or (cfg.eval.every and self.step % cfg.eval.every == 0)
+        due = evaluate_now or final or (self.eval_every and self.step % self.eval_every == 0)
         if due and not stop:
             metrics = self.evaluate()
             stop = metrics is None
@@ -443,9 +453,14 @@ class Trainer:
             self.eval_pending, save = True, True
         elif due:
             self.eval_pending = False
-            save = self._maybe_best(metrics) or save
+            improved = self._maybe_best(metrics)
+            self.patience.update(improved)
+            save = improved or save or self.patience.exhausted
             self.log.metrics(self.step, cfg.data.eval_split, metrics)
             self.log.message(f"step {self.step} {cfg.data.eval_split}: " + " ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()))
+            if self.patience.exhausted:
+                self.log.message(f"step {self.step}: no better {cfg.task.metric} in {self.patience.limit} evaluations "
+                                 f"(best {self.best.get('value', float('nan')):.4f} at step {self.best.get('step')}); stopping early")
         if save:
             self.save_checkpoint()
             if self.rank == 0 and "tag" in self.best:

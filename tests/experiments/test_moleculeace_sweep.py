@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from gtscale.cli import main
+from gtscale.experiments import moleculeace
 from gtscale.format.manifest import load_manifest
 from gtscale.train.evaluate_cli import evaluate_run
 
@@ -22,13 +23,19 @@ def ace_shards(tmp_path_factory) -> Path:
     return out
 
 
+def logged_rows(run_dir: Path, split: str) -> dict[int, dict]:
+    """step → the metrics.jsonl row of `split` at that step."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r for r in rows if r["split"] == split}
+
+
 def tiny_config(path: Path, shards: Path, run_dir: Path) -> Path:
     path.write_text(yaml.safe_dump({
         "run_dir": str(run_dir),
         "data": {"shards": str(shards), "loader": {"batching": "graphs", "batch_size": 32, "num_workers": 0}},
         "model": "egt-small",
         "model_overrides": {"num_layers": 1, "node_width": 16, "edge_width": 4, "num_heads": 2, "num_virtual_nodes": 1, "svd_rank": 0},
-        "task": {"loss": "mse", "metric": "rmse", "evaluator": "regression", "head": {"hidden": [16]}, "target_shift": -1.7},
+        "task": {"loss": "mse", "metric": "rmse", "evaluator": "regression", "head": {"hidden": [16]}},
         "optimizer": {"lr": 1e-3}, "schedule": {"total_steps": 3, "warmup_steps": 1},
         "checkpoint": {"every": 1000}, "eval": {"every": 0}, "logging": {"every": 1, "tensorboard": False, "progress": False},
     }))
@@ -37,24 +44,37 @@ def tiny_config(path: Path, shards: Path, run_dir: Path) -> Path:
 
 def test_sweep_scores_each_seed_best_checkpoint_on_test_and_compares_with_ecfp(ace_shards, tmp_path, capsys):
     config = tiny_config(tmp_path / "c.yaml", ace_shards, tmp_path / "egt")
-    assert main(["sweep", str(config), "--seeds", "0", "1", "schedule.total_steps=2", "--label", "egt"]) == 0
-    row = json.loads((tmp_path / "egt" / "sweep.json").read_text())["rows"][0]
+    assert main(["sweep", str(config), "--seeds", "0", "1", "schedule.total_steps=3", "eval.every=1", "--label", "egt"]) == 0
+    row, ensemble = json.loads((tmp_path / "egt" / "sweep.json").read_text())["rows"]
     test_samples = load_manifest(ace_shards)["splits"]["test"]["samples"]
-    assert [r["seed"] for r in row["runs"]] == [0, 1] and row["overrides"] == ["schedule.total_steps=2"]
+    assert [r["seed"] for r in row["runs"]] == [0, 1] and row["overrides"] == ["schedule.total_steps=3", "eval.every=1"]
     for run in row["runs"]:
-        assert run["tag"] == "step-00000002"  # best = the only evaluation, at the last of 2 steps
-        saved = json.loads((Path(run["run_dir"]) / "eval" / "test-step-00000002.json").read_text())
+        # test is scored at the checkpoint of the best of the 3 validation RMSEs
+        valid = {step: r["rmse"] for step, r in logged_rows(Path(run["run_dir"]), "valid").items()}
+        best_step = min(valid, key=valid.get)
+        assert sorted(valid) == [1, 2, 3] and run["tag"] == f"step-{best_step:08d}" and run["best_valid"] == valid[best_step]
+        saved = json.loads((Path(run["run_dir"]) / "eval" / f"test-{run['tag']}.json").read_text())
         assert saved["samples"] == test_samples and saved["metrics"]["rmse"] == run["metrics"]["rmse"]
         resolved = yaml.safe_load((Path(run["run_dir"]) / "config.yaml").read_text())
         assert resolved["seed"] == resolved["data"]["loader"]["seed"] == run["seed"]  # init and data order
+        train_stats = load_manifest(ace_shards)["task"]["target_stats"]["train"]  # task.target_* auto: the train split's
+        assert resolved["task"]["target_shift"] == train_stats["mean"] and resolved["task"]["target_scale"] == train_stats["std"]
         assert 0 < run["metrics"]["cliff_rmse"] < 100
         # the separate evaluation step agrees with the trainer's own scoring of the same checkpoint
-        logged = [json.loads(line) for line in (Path(run["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
-        trainer_valid = next(r for r in logged if r["split"] == "valid" and r["step"] == 2)
-        assert evaluate_run(Path(run["run_dir"]), "valid")["metrics"]["rmse"] == pytest.approx(trainer_valid["rmse"], rel=1e-5)
+        assert evaluate_run(Path(run["run_dir"]), "valid")["metrics"]["rmse"] == pytest.approx(valid[best_step], rel=1e-5)
     rmses = [r["metrics"]["rmse"] for r in row["runs"]]
     assert rmses[0] != rmses[1]  # the seeds differ
     assert row["summary"]["rmse"]["mean"] == pytest.approx(np.mean(rmses)) and row["summary"]["rmse"]["std"] == pytest.approx(np.std(rmses, ddof=1))
+
+    # the ensemble row: the seeds' mean test prediction, scored as one model
+    saved = [np.load(Path(r["run_dir"]) / "eval" / f"test-{r['tag']}.npz") for r in row["runs"]]
+    mean_pred, y_true = (saved[0]["y_pred"] + saved[1]["y_pred"]) / 2, saved[0]["y_true"]
+    table = moleculeace.source_table(ace_shards)
+    metrics = ensemble["runs"][0]["metrics"]
+    assert ensemble["label"] == "egt, ensemble of 2" and ensemble["runs"][0]["seeds"] == [0, 1]
+    assert metrics["rmse"] == pytest.approx(float(np.sqrt(np.mean((mean_pred - y_true) ** 2))), rel=1e-6)
+    assert metrics["cliff_rmse"] == pytest.approx(moleculeace.cliff_rmse(table, saved[0]["idx"], mean_pred, y_true), rel=1e-6)
+    assert metrics["rmse"] <= max(rmses) and ensemble["summary"]["rmse"] == {"mean": metrics["rmse"], "std": 0.0, "n": 1}
 
     assert main(["baseline", "ecfp", str(ace_shards), "--out", str(tmp_path / "ecfp"), "--seeds", "0", "--trees", "10"]) == 0
     baseline = json.loads((tmp_path / "ecfp" / "sweep.json").read_text())["rows"]
@@ -63,7 +83,8 @@ def test_sweep_scores_each_seed_best_checkpoint_on_test_and_compares_with_ecfp(a
     capsys.readouterr()
     assert main(["sweep", "--compare", str(tmp_path / "egt"), str(tmp_path / "ecfp")]) == 0
     table = capsys.readouterr().out.splitlines()
-    assert table[0] == "| run | rmse | cliff_rmse | mae |" and [line.split(" |")[0] for line in table[2:]] == ["| egt", "| ECFP4 + SVR", "| ECFP4 + RF"]
+    assert table[0] == "| run | rmse | cliff_rmse | mae |"
+    assert [line.split(" |")[0] for line in table[2:]] == ["| egt", "| egt, ensemble of 2", "| ECFP4 + SVR", "| ECFP4 + RF"]
 
 
 def test_baseline_refuses_shards_that_are_not_moleculeace(tmp_path, capsys):

@@ -1,0 +1,252 @@
+"""`gtscale moleculeace-table --out DIR [--sets …] [--arms …] [key=value …]`: the MoleculeACE
+benchmark as one table, every arm on the same shards of each set.
+
+    gtscale moleculeace-table --out runs/ace --arms ecfp                         # ECFP + SVR, all 30 sets
+    gtscale moleculeace-table --out runs/ace --sets CHEMBL214_Ki CHEMBL234_Ki \\
+        --init-from runs/pretrain-descriptors/export/model.pt schedule.total_steps=600
+
+Per set: `gtscale shard moleculeace` (DIR/shards/<set>; an arm with shard options of its own, such
+as the features arm's --graph-features, gets DIR/shards/<set>-<arm>), then each arm into
+DIR/<set>/<arm>/ as a sweep folder (sweep.json, sweep.md; `gtscale sweep --compare` reads them):
+
+- ecfp: ECFP4 + Tanimoto SVR (experiments/ecfp.py), deterministic, so one seed;
+- scratch, finetune, finetune-features: `gtscale sweep` of a training config over --seeds, each
+  seed's test metrics at its best-validation checkpoint (configs/tasks/moleculeace-egt-*.yaml;
+  --config ARM=YAML replaces one; key=value overrides go to every trained arm, --override
+  ARM:key=value to one);
+- ensemble: the mean prediction of the seeds of --ensemble-of (default: the last trained arm).
+
+A cell is RMSE / cliff RMSE on the test split (mean over seeds); the last rows are the mean over
+sets, the benchmark's headline, and each arm's mean RMSE over ECFP + SVR's. Writes DIR/table.md
+and DIR/table.json (per set and arm: mean, std, n of both metrics), prints the Markdown (or the
+JSON with --json). An arm whose sweep.json is already there with the same config, overrides and
+seeds is read, not run again, so an interrupted table continues where it stopped; a sweep folder
+with other settings is an error, never overwritten.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gtscale.config import CONFIG_ROOT
+from gtscale.errors import UserError
+from gtscale.io import atomic_write_text
+
+TABLE_MD, TABLE_JSON = "table.md", "table.json"
+METRICS = ("rmse", "cliff_rmse")
+
+
+@dataclass(frozen=True)
+class Arm:
+    """A trained arm: its training YAML and the shard options its shards need beyond the default."""
+
+    config: str
+    shard_args: tuple[str, ...] = ()
+
+
+#: The trained arms. finetune-features takes --graph-features (the option is passed through to
+#: `gtscale shard`; --graph-features replaces its value).
+ARMS = {
+    "scratch": Arm(str(CONFIG_ROOT / "tasks" / "moleculeace-egt-scratch.yaml")),
+    "finetune": Arm(str(CONFIG_ROOT / "tasks" / "moleculeace-egt-finetune.yaml")),
+    "finetune-features": Arm(str(CONFIG_ROOT / "tasks" / "moleculeace-egt-finetune.yaml"), ("--graph-features", "morgan2048,rdkit2d")),
+}
+ECFP, ENSEMBLE = "ecfp", "ensemble"
+ALL_ARMS = (ECFP, *ARMS, ENSEMBLE)
+FINETUNE_ARMS = ("finetune", "finetune-features")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("overrides", nargs="*", help="dotted.key=value for every trained arm (e.g. schedule.total_steps=600)")
+    parser.add_argument("--out", required=True, help="folder of the shards, the arms' sweep folders and table.md / table.json")
+    parser.add_argument("--sets", nargs="+", default=None, help="MoleculeACE sets (default: all 30 the package bundles)")
+    parser.add_argument("--arms", nargs="+", choices=ALL_ARMS, default=list(ALL_ARMS), help=f"arms, in table order (default: {' '.join(ALL_ARMS)})")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="seeds of every trained arm (default 0 1 2)")
+    parser.add_argument("--split-seed", type=int, default=0, help="seed of the validation split carved from each set's train split (default 0)")
+    parser.add_argument("--config", action="append", default=[], metavar="ARM=YAML", help="replace an arm's training config")
+    parser.add_argument("--override", action="append", default=[], metavar="ARM:key=value", help="an override for one arm only")
+    parser.add_argument("--init-from", default=None, help="the pretrained export the fine-tuned arms start from (default: their config's init_from)")
+    parser.add_argument("--graph-features", default=None, help="the features arm's `gtscale shard --graph-features` value (default morgan2048,rdkit2d)")
+    parser.add_argument("--ensemble-of", default=None, choices=list(ARMS), help="the arm whose seeds the ensemble averages (default: the last trained arm)")
+    parser.add_argument("--shard-args", default="", help="extra `gtscale shard` options for every set, one string (e.g. \"--lap-k 0\")")
+    parser.add_argument("--nproc", type=int, default=1, help="processes per training run (torchrun); default 1")
+    parser.add_argument("--json", action="store_true", help="print table.json instead of the Markdown")
+
+
+# --- plan ------------------------------------------------------------------------------------------
+def trained_arms(args: argparse.Namespace) -> dict[str, tuple[Arm, list[str]]]:
+    """arm → (Arm with this command's config and shard options, its overrides), for --arms."""
+    configs = dict(_pair(item, "=", "--config") for item in args.config)
+    per_arm: dict[str, list[str]] = {}
+    for item in args.override:
+        arm, override = _pair(item, ":", "--override")
+        per_arm.setdefault(arm, []).append(override)
+    for arm in [*configs, *per_arm]:
+        if arm not in ARMS:
+            raise UserError(f"--config / --override: {arm!r} is not a trained arm (one of {', '.join(ARMS)})")
+    out = {}
+    for name in (a for a in args.arms if a in ARMS):
+        arm = ARMS[name]
+        shard_args = arm.shard_args
+        if name == "finetune-features" and args.graph_features:
+            shard_args = ("--graph-features", args.graph_features)
+        config = configs.get(name, arm.config)
+        if not Path(config).is_file():
+            raise UserError(f"--config {name}: {config} not found")
+        init = [f"init_from={args.init_from}"] if args.init_from and name in FINETUNE_ARMS else []
+        out[name] = (Arm(config, shard_args), [*args.overrides, *init, *per_arm.get(name, [])])
+    return out
+
+
+def _pair(item: str, sep: str, option: str) -> tuple[str, str]:
+    if sep not in item:
+        raise UserError(f"{option}: {item!r} should look like ARM{sep}…")
+    left, right = item.split(sep, 1)
+    return left, right
+
+
+# --- running -------------------------------------------------------------------------------------
+def shard_set(name: str, out: Path, split_seed: int, shard_args: list[str]) -> Path:
+    """`gtscale shard moleculeace --dataset name` into `out` (a subprocess, like the sweep's runs:
+    the sharder resumes, keeping the shards it already verified)."""
+    cmd = [sys.executable, "-m", "gtscale.cli", "shard", "moleculeace", "--dataset", name, "--split-seed", str(split_seed),
+           "--out", str(out), "--no-progress", *shard_args]
+    status = subprocess.run(cmd, stdout=2).returncode  # its report on stderr: stdout is the table
+    if status != 0:
+        raise UserError(f"moleculeace-table: `{shlex.join(cmd[2:])}` ended with exit status {status} (its message above)")
+    return out
+
+
+def cached_rows(folder: Path, config: str | None, overrides: list[str], seeds: list[int]) -> list[dict] | None:
+    """The rows of `folder`'s sweep.json when it holds this arm with these settings; None when there
+    is none yet; a UserError when it holds another (never overwritten)."""
+    from gtscale.experiments.sweep import read_rows
+
+    if not (folder / "sweep.json").is_file():
+        return None
+    rows = read_rows(folder)
+    first = rows[0]
+    same = first.get("config") == config and first.get("overrides", []) == overrides and [r["seed"] for r in first["runs"]] == seeds
+    if not same:
+        raise UserError(f"{folder}: holds a sweep with other settings (config, overrides or seeds); choose another --out or remove it")
+    return rows
+
+
+def run_set(name: str, args: argparse.Namespace, arms: dict[str, tuple[Arm, list[str]]], out: Path) -> dict[str, dict]:
+    """Shard one set and run its arms; arm → its sweep rows."""
+    from gtscale.experiments.ecfp import run_baseline
+    from gtscale.experiments.sweep import run_sweep
+
+    common = shlex.split(args.shard_args)
+    shards = {(): out / "shards" / name}
+    rows: dict[str, list[dict]] = {}
+    if ECFP in args.arms or any(not arm.shard_args for arm, _ in arms.values()):
+        shard_set(name, shards[()], args.split_seed, common)
+    if ECFP in args.arms:
+        folder = out / name / ECFP
+        rows[ECFP] = cached_rows(folder, None, [], [0]) or run_baseline(shards[()], folder, [0], ["svr"])
+    for arm_name, (arm, overrides) in arms.items():
+        if arm.shard_args not in shards:
+            shards[arm.shard_args] = shard_set(name, out / "shards" / f"{name}-{arm_name}", args.split_seed, [*common, *arm.shard_args])
+        folder = out / name / arm_name
+        overrides = [f"data.shards={shards[arm.shard_args]}", f"run_dir={folder}", *overrides]
+        rows[arm_name] = cached_rows(folder, arm.config, overrides, args.seeds)
+        if rows[arm_name] is None:
+            print(f"moleculeace-table: {name} {arm_name}", file=sys.stderr, flush=True)
+            run_sweep(arm.config, overrides, args.seeds, args.nproc, "test", arm_name)
+            rows[arm_name] = cached_rows(folder, arm.config, overrides, args.seeds)
+    return rows
+
+
+# --- the table -----------------------------------------------------------------------------------
+def cell(rows: list[dict], ensemble: bool = False) -> dict | None:
+    """{metric: {mean, std, n}} of an arm's row (the ensemble's: its second row, when there is one)."""
+    wanted = [r for r in rows if ("ensemble_of" in r) == ensemble]
+    if not wanted:
+        return None
+    summary = wanted[0]["summary"]
+    return {m: summary[m] for m in METRICS if m in summary}
+
+
+def build_table(per_set: dict[str, dict[str, list[dict]]], columns: list[str], ensemble_of: str | None) -> dict:
+    """{"columns", "sets": {set: {column: cell}}, "mean": {column: {metric: mean over sets, sets: n}}}."""
+    sets = {}
+    for name, rows in per_set.items():
+        sets[name] = {}
+        for column in columns:
+            if column == ENSEMBLE:
+                value = cell(per_set[name].get(ensemble_of, []), ensemble=True) if ensemble_of else None
+            else:
+                value = cell(rows.get(column, []))
+            if value:
+                sets[name][column] = value
+    mean = {}
+    for column in columns:
+        present = [sets[s][column] for s in sets if column in sets[s]]
+        if present:
+            mean[column] = {m: float(np.mean([c[m]["mean"] for c in present if m in c])) for m in METRICS if any(m in c for c in present)}
+            mean[column]["sets"] = len(present)
+    return {"columns": columns, "ensemble_of": ensemble_of, "sets": sets, "mean": mean}
+
+
+def column_label(column: str, ensemble_of: str | None) -> str:
+    return {ECFP: "ECFP4 + SVR", ENSEMBLE: f"ensemble ({ensemble_of})"}.get(column, column)
+
+
+def markdown(table: dict) -> str:
+    columns = table["columns"]
+    labels = [column_label(c, table["ensemble_of"]) for c in columns]
+    lines = ["RMSE / cliff RMSE on each set's test split (trained arms: mean over seeds)", "",
+             "| set | " + " | ".join(labels) + " |", "|---|" + "---:|" * len(columns)]
+
+    def fmt(c: dict | None) -> str:
+        if not c:
+            return "–"
+        return " / ".join(f"{c[m]['mean']:.3f}" if isinstance(c[m], dict) else f"{c[m]:.3f}" for m in METRICS if m in c)
+
+    for name, cells in table["sets"].items():
+        lines.append(f"| {name} | " + " | ".join(fmt(cells.get(c)) for c in columns) + " |")
+    mean = table["mean"]
+    counts = sorted({m["sets"] for m in mean.values()})
+    lines.append(f"| **mean over {'/'.join(map(str, counts))} sets** | " + " | ".join(fmt({k: v for k, v in mean[c].items() if k in METRICS}) if c in mean else "–" for c in columns) + " |")
+    if ECFP in mean and "rmse" in mean[ECFP]:
+        base = mean[ECFP]["rmse"]
+        lines.append("| mean RMSE ÷ ECFP4 + SVR's | " + " | ".join(f"{mean[c]['rmse'] / base:.3f}" if c in mean and "rmse" in mean[c] else "–" for c in columns) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    from gtscale.prep.sources.moleculeace import available
+
+    if args.nproc < 1:
+        raise UserError(f"--nproc must be >= 1, got {args.nproc}")
+    if len(set(args.seeds)) != len(args.seeds) or any(s < 0 for s in args.seeds):
+        raise UserError(f"--seeds: {args.seeds} must be distinct whole numbers >= 0")
+    known = available()
+    sets = args.sets or known
+    unknown = [s for s in sets if s not in known]
+    if unknown:
+        raise UserError(f"--sets: {unknown[0]!r} is not a MoleculeACE set (one of: {', '.join(known)})")
+    arms = trained_arms(args)
+    ensemble_of = args.ensemble_of or (list(arms)[-1] if arms else None)
+    if ENSEMBLE in args.arms and ensemble_of not in arms:
+        raise UserError(f"--arms ensemble: averages the seeds of a trained arm; add {ensemble_of or 'one'} to --arms (or choose --ensemble-of)")
+    out = Path(args.out)
+    with contextlib.redirect_stdout(sys.stderr):  # progress and the sweeps' reports: stdout is the table
+        per_set = {name: run_set(name, args, arms, out) for name in sets}
+    table = build_table(per_set, list(args.arms), ensemble_of if ENSEMBLE in args.arms else None)
+    text = markdown(table)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / TABLE_JSON, json.dumps(table, indent=1))
+    atomic_write_text(out / TABLE_MD, text)
+    print(json.dumps(table, indent=1) if args.json else text, end="\n" if args.json else "")
+    return 0

@@ -1,0 +1,41 @@
+"""Per-target statistics of each split, recorded by the sharder in the manifest.
+
+    manifest["task"]["target_stats"] = {split: {"count": [T], "mean": [T], "std": [T]}}
+
+over each split's labelled (finite) target values of the records planned for it (before the
+featurizer's few rejects), for regression shards (graph_regression). Training standardises regression targets with the train split's mean
+and std by default (task.target_shift / target_scale: auto), as chemprop does, so that nobody
+types a set's statistics by hand. std is the population std (ddof 0, chemprop's StandardScaler);
+mean and std are null where a split has no label of that target (hidden test labels).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: The manifest key, under "task".
+TARGET_STATS = "target_stats"
+
+
+def split_target_stats(targets_of: dict[str, np.ndarray]) -> dict[str, dict[str, list]]:
+    """{split: {count, mean, std}} of each split's targets [n, T] (NaN, inf: not counted)."""
+    out = {}
+    for split, targets in targets_of.items():
+        values = np.asarray(targets, dtype=np.float64)
+        labelled = np.isfinite(values)  # an inf target (a bad row) would make every statistic inf
+        count = labelled.sum(axis=0)
+        filled = np.where(labelled, values, 0.0)
+        mean = filled.sum(axis=0) / np.maximum(count, 1)
+        std = np.sqrt((np.where(labelled, values - mean, 0.0) ** 2).sum(axis=0) / np.maximum(count, 1))
+        out[split] = {
+            "count": [int(c) for c in count],
+            "mean": [float(m) if c else None for m, c in zip(mean, count)],
+            "std": [float(s) if c else None for s, c in zip(std, count)],
+        }
+    return out
+
+
+def recorded_stats(manifest: dict, split: str) -> dict[str, list] | None:
+    """The manifest's statistics of `split`, or None when it has none (shards written before gtscale
+    recorded them, or a graph store)."""
+    return manifest.get("task", {}).get(TARGET_STATS, {}).get(split)

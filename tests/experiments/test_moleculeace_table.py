@@ -1,0 +1,94 @@
+"""`gtscale moleculeace-table` end to end on the smallest set: ECFP + SVR and a tiny EGT arm (2
+seeds, 2 steps) with its ensemble, in one table whose cells are the arms' own sweep results."""
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gtscale.cli import main
+from gtscale.errors import UserError
+from gtscale.experiments import moleculeace_table as mt
+from gtscale.experiments.sweep import read_rows
+
+SET = "CHEMBL2835_Ki"  # 615 molecules, the smallest bundled set
+
+
+def tiny_config(path: Path) -> Path:
+    """A 1-layer EGT; data.shards and run_dir are the table's to set."""
+    path.write_text(yaml.safe_dump({
+        "data": {"shards": "set-by-the-table", "loader": {"batching": "graphs", "batch_size": 32, "num_workers": 0}},
+        "model": "egt-small",
+        "model_overrides": {"num_layers": 1, "node_width": 16, "edge_width": 4, "num_heads": 2, "num_virtual_nodes": 1, "svd_rank": 0},
+        "task": {"loss": "mse", "metric": "rmse", "evaluator": "regression", "head": {"hidden": [16]}},
+        "optimizer": {"lr": 1e-3}, "schedule": {"total_steps": 2, "warmup_steps": 1},
+        "checkpoint": {"every": 1000}, "eval": {"every": "epoch"}, "logging": {"every": 1, "tensorboard": False, "progress": False},
+    }))
+    return path
+
+
+def test_table_of_ecfp_and_a_trained_arm_with_its_ensemble(tmp_path, capsys):
+    out = tmp_path / "ace"
+    argv = ["moleculeace-table", "--out", str(out), "--sets", SET, "--arms", "ecfp", "scratch", "ensemble", "--seeds", "0", "1",
+            "--config", f"scratch={tiny_config(tmp_path / 'tiny.yaml')}", "--shard-args", "--lap-k 0 --svd-rank 0", "schedule.total_steps=2"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    table = json.loads((out / "table.json").read_text())
+    ecfp_row = read_rows(out / SET / "ecfp")[0]
+    seeds_row, ensemble_row = read_rows(out / SET / "scratch")
+    cells = table["sets"][SET]
+    for column, row in [("ecfp", ecfp_row), ("scratch", seeds_row), ("ensemble", ensemble_row)]:
+        assert cells[column] == {m: row["summary"][m] for m in ("rmse", "cliff_rmse")}
+        assert table["mean"][column] == {"rmse": row["summary"]["rmse"]["mean"], "cliff_rmse": row["summary"]["cliff_rmse"]["mean"], "sets": 1}
+    assert seeds_row["summary"]["rmse"]["n"] == 2 and ensemble_row["ensemble_of"] == "scratch"
+    assert printed == (out / "table.md").read_text()  # the runs' reports go to stderr
+    lines = printed.splitlines()
+    assert lines[2] == "| set | ECFP4 + SVR | scratch | ensemble (scratch) |"
+    assert lines[4].startswith(f"| {SET} | {ecfp_row['summary']['rmse']['mean']:.3f} / {ecfp_row['summary']['cliff_rmse']['mean']:.3f} |")
+    assert lines[5].startswith("| **mean over 1 sets** |")
+    ratio = seeds_row["summary"]["rmse"]["mean"] / ecfp_row["summary"]["rmse"]["mean"]
+    assert lines[6] == f"| mean RMSE ÷ ECFP4 + SVR's | 1.000 | {ratio:.3f} | {ensemble_row['summary']['rmse']['mean'] / ecfp_row['summary']['rmse']['mean']:.3f} |"
+
+    # a second call reads the finished arms instead of training again; --json prints table.json
+    metrics_file = out / SET / "scratch" / "seed-0" / "metrics.jsonl"
+    before = metrics_file.stat().st_mtime_ns, (out / SET / "scratch" / "sweep.json").stat().st_mtime_ns
+    assert main([*argv, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == table
+    assert (metrics_file.stat().st_mtime_ns, (out / SET / "scratch" / "sweep.json").stat().st_mtime_ns) == before
+    # other settings for the same folder are refused, not overwritten
+    assert main([*argv[:-1], "schedule.total_steps=3"]) == 2
+    assert "holds a sweep with other settings" in capsys.readouterr().err
+
+
+def args(**values) -> argparse.Namespace:
+    defaults = {"overrides": [], "arms": list(mt.ALL_ARMS), "config": [], "override": [], "init_from": None, "graph_features": None}
+    return argparse.Namespace(**(defaults | values))
+
+
+def test_the_features_arm_passes_its_shard_option_and_overrides_reach_their_arms():
+    arms = mt.trained_arms(args(graph_features="morgan2048", init_from="pre.pt", override=["scratch:optimizer.lr=0.01"], overrides=["seed=0"]))
+    assert arms["finetune-features"][0].shard_args == ("--graph-features", "morgan2048")
+    assert arms["finetune"][0].shard_args == () and arms["finetune"][1] == ["seed=0", "init_from=pre.pt"]
+    assert arms["scratch"][1] == ["seed=0", "optimizer.lr=0.01"]  # init_from only for the fine-tuned arms
+    assert mt.trained_arms(args())["finetune-features"][0].shard_args == ("--graph-features", "morgan2048,rdkit2d")
+    assert list(mt.trained_arms(args(arms=["ecfp", "finetune"]))) == ["finetune"]
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"config": ["nope=x.yaml"]}, "'nope' is not a trained arm"),
+    ({"override": ["scratch=1"]}, "--override: 'scratch=1' should look like ARM:…"),
+    ({"config": [f"scratch={os.devnull}.missing"]}, "--config scratch: "),
+])
+def test_bad_arm_options_are_one_line_errors(values, message):
+    with pytest.raises(UserError, match=message):
+        mt.trained_arms(args(**values))
+
+
+def test_unknown_set_and_an_ensemble_without_its_arm_are_refused(tmp_path, capsys):
+    assert main(["moleculeace-table", "--out", str(tmp_path / "o"), "--sets", "CHEMBL1_Ki"]) == 2
+    assert "'CHEMBL1_Ki' is not a MoleculeACE set" in capsys.readouterr().err
+    assert main(["moleculeace-table", "--out", str(tmp_path / "o"), "--sets", SET, "--arms", "ecfp", "ensemble"]) == 2
+    assert "--arms ensemble: averages the seeds of a trained arm" in capsys.readouterr().err and not (tmp_path / "o").exists()
