@@ -39,7 +39,7 @@ def test_resume_auto_falls_back_past_crafted_and_corrupt_tags(zero2_run, tpsa_sh
     text = logs(tmp_path / "log")
     assert not marker.exists()
     assert f"{crafted}: refused: loading it would run code (posix.system" in text
-    assert f"{corrupt}: corrupt or truncated checkpoint file" in text
+    assert f"{corrupt}: not a readable checkpoint: corrupt or truncated checkpoint file (" in text
     assert text.count(f"resuming from the older complete checkpoint {TAGS[0]} instead") == 1  # rank 0 says it
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     resumed = [r["step"] for r in rows[before:] if r["split"] == "train"]

@@ -189,9 +189,10 @@ def test_sigterm_to_the_whole_process_group_checkpoints_the_current_step(tpsa_sh
 
 
 def test_a_nonfinite_step_is_skipped_by_every_rank_and_changes_no_weight(tmp_path):
-    """One training molecule has an infinite target: the step that meets it has an infinite loss on
-    one rank; every rank skips that step's update (no weight changes, none becomes NaN), and the run
-    goes on. Gradient clipping is off, so DeepSpeed's own overflow check does not do the skipping."""
+    """One training molecule has a target of 1e30 (finite in float32, so the sharder keeps it) whose
+    squared error overflows float32: the step that meets it has an infinite loss on one rank; every
+    rank skips that step's update (no weight changes, none becomes NaN), and the run goes on.
+    Gradient clipping is off, so DeepSpeed's own overflow check does not do the skipping."""
     import csv
 
     from rdkit import RDConfig
@@ -204,13 +205,13 @@ def test_a_nonfinite_step_is_skipped_by_every_rank_and_changes_no_weight(tmp_pat
         writer = csv.writer(f)
         writer.writerow(["smiles", "y", "split"])
         for i, s in enumerate(smiles):
-            writer.writerow([s, "inf" if i == 7 else len(s), "train" if i < 300 else "valid"])
+            writer.writerow([s, "1e30" if i == 7 else len(s), "train" if i < 300 else "valid"])
     shards = tmp_path / "shards"
     assert main(["shard", "smiles-csv", "--input", str(tmp_path / "mols.csv"), "--target-columns", "y", "--split-column", "split",
                  "--out", str(shards), "--no-progress", "--lap-k", "0"]) == 0
     cfg = write_config(tmp_path / "c.yaml", shards, tmp_path / "run", schedule={"total_steps": 24, "warmup_steps": 2},
                        data={"loader": {"epoch_batches": 8, "num_workers": 0}}, deepspeed={"gradient_clipping": 0.0},
-                       checkpoint={"every": 1, "keep": 100}, task={"target_shift": 40.0, "target_scale": 20.0})
+                       checkpoint={"every": 1, "keep": 100}, task={"loss": "mse", "target_shift": 40.0, "target_scale": 20.0})
     assert run_ranks(2, [str(cfg)], tmp_path / "log") == [0, 0], logs(tmp_path / "log")
     rows = metrics(tmp_path / "run")
     skipped = [s for s, row in rows.items() if row["nonfinite_skipped"]]
