@@ -113,37 +113,47 @@ def fingerprint(table: MoleculeTable, options: ShardOptions, source_checksums: d
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def build_shard(task: ShardTask, out_dir: Path, options: ShardOptions, run_fingerprint: str) -> dict:
-    """Featurize, compute structure and write one shard; return (and save) its part record."""
-    graphs, kept, keys, rejects = [], [], [], []
-    names = task.names if task.names is not None else [None] * len(task.smiles)
-    for smiles, idx, y, name in zip(task.smiles, task.idx, task.targets, names):
+def featurize_rows(smiles: list[str], idx: np.ndarray, targets: np.ndarray, names: list[str | None] | None,
+                   options: ShardOptions) -> tuple[list[dict], list[str], list[tuple[int, str]]]:
+    """(records, molecule keys, rejects [(idx, reason)]) of the molecules that become graphs: the
+    whole record a shard holds, structure included. The one featurisation path: the sharder writes
+    these records, `gtscale predict` collates them straight away."""
+    graphs, keys, rejects = [], [], []
+    names = names if names is not None else [None] * len(smiles)
+    for smi, i, y, name in zip(smiles, idx, targets, names):
         if np.isinf(y).any():  # NaN marks a missing label; ±inf (also 1e39 read as float32) is no value a loss can use
-            rejects.append((int(idx), "target_not_finite"))
+            rejects.append((int(i), "target_not_finite"))
             continue
         try:
-            graph, key = featurize_smiles_keyed(smiles)
+            graph, key = featurize_smiles_keyed(smi)
         except FeaturizeError as err:
-            rejects.append((int(idx), err.reason))
+            rejects.append((int(i), err.reason))
             continue
         except Exception as err:  # RDKit can raise on exotic valences; count, never crash the run
-            rejects.append((int(idx), f"featurize_error:{type(err).__name__}"))
+            rejects.append((int(i), f"featurize_error:{type(err).__name__}"))
             continue
         n = len(graph[schema.X])
         if options.max_nodes is not None and n > options.max_nodes:
-            rejects.append((int(idx), "too_many_nodes"))
+            rejects.append((int(i), "too_many_nodes"))
             continue
         graph[schema.Y] = np.asarray(y, dtype=np.float32)
-        graph[schema.META] = {"idx": int(idx), "num_nodes": n, "num_edges": int(graph[schema.EDGE_INDEX].shape[1])}
+        graph[schema.META] = {"idx": int(i), "num_nodes": n, "num_edges": int(graph[schema.EDGE_INDEX].shape[1])}
         if name is not None:
             graph[schema.META]["name"] = name
         graphs.append(graph)
-        kept.append(int(idx))
         keys.append(key)
     structures = structure_many([(g[schema.EDGE_INDEX], len(g[schema.X])) for g in graphs], options.structure)
+    for graph, extra in zip(graphs, structures):
+        graph.update(extra)
+    return graphs, keys, rejects
+
+
+def build_shard(task: ShardTask, out_dir: Path, options: ShardOptions, run_fingerprint: str) -> dict:
+    """Featurize, compute structure and write one shard; return (and save) its part record."""
+    graphs, keys, rejects = featurize_rows(task.smiles, task.idx, task.targets, task.names, options)
+    kept = [g[schema.META]["idx"] for g in graphs]
     with ShardWriter(out_dir / task.relpath) as writer:
-        for idx, graph, extra in zip(kept, graphs, structures):
-            graph.update(extra)
+        for idx, graph in zip(kept, graphs):
             writer.write(sample_key(idx), graph)
         stats = writer.close()
     reasons: dict[str, int] = {}

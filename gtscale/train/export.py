@@ -73,8 +73,22 @@ def export(run_dir: Path, tag: str, out: Path) -> Path:
     tmp.replace(out / "model.pt")
     model_cfg = dict(config["model_resolved"])
     atomic_write_text(out / "model.yaml", yaml.safe_dump({**model_cfg, "head": config_head(config)}, sort_keys=False))
-    atomic_write_text(out / "export.json", json.dumps({"run_dir": str(run_dir), "tag": tag, "parameters": sum(v.numel() for v in state.values())}))
+    meta = {"run_dir": str(run_dir), "tag": tag, "parameters": sum(v.numel() for v in state.values())}
+    atomic_write_text(out / "export.json", json.dumps({**meta, **prediction_record(config)}, indent=1))
     return out
+
+
+def prediction_record(config: dict) -> dict:
+    """What `gtscale predict` needs besides the weights: the task (how scores become predictions)
+    and how the run's shards were made (manifest transform and features), so that new molecules
+    are featurised exactly as the training ones were. Empty for runs on a graph store."""
+    shards = config.get("data", {}).get("shards")
+    if not shards or not (Path(shards) / "manifest.json").is_file():
+        return {}
+    from gtscale.format.manifest import load_manifest
+
+    manifest = load_manifest(shards)
+    return {"task": config["task"], "shards": {k: manifest[k] for k in ("dataset", "transform", "task", "features") if k in manifest}}
 
 
 def config_head(config: dict) -> dict:
