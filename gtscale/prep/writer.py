@@ -29,7 +29,7 @@ from tqdm import tqdm
 from gtscale import __version__
 from gtscale.errors import UserError
 from gtscale.format import schema
-from gtscale.prep import featurize, floyd_warshall, structure
+from gtscale.prep import featurize, floyd_warshall, graph_features, structure
 from gtscale.prep.featurize import FeaturizeError, featurize_smiles_keyed, molecule_key, parse_smiles
 from gtscale.prep.sources.base import MoleculeTable
 from gtscale.prep.structure import StructureOptions, structure_many
@@ -44,6 +44,7 @@ class ShardOptions:
     shard_size: int = 10_000  # records planned per shard (rejected ones leave it a little smaller)
     max_nodes: int | None = None  # molecules with more atoms are rejected as too_many_nodes
     drop_duplicates: bool = False  # keep only the first copy of a molecule (manifest.dedup_order)
+    graph_features: graph_features.GraphFeatures | None = None  # molecule-level features (graph_feat), with their train statistics
 
 
 @dataclass
@@ -78,7 +79,7 @@ def plan_tasks(table: MoleculeTable, shard_size: int) -> list[ShardTask]:
 
 
 #: The modules whose code decides the values in a record (SCHEMA_VERSION covers the layout).
-RECORD_CODE = (featurize, structure, floyd_warshall)
+RECORD_CODE = (featurize, structure, floyd_warshall, graph_features)
 
 
 def code_version() -> str:
@@ -136,6 +137,8 @@ def featurize_rows(smiles: list[str], idx: np.ndarray, targets: np.ndarray, name
         if options.max_nodes is not None and n > options.max_nodes:
             rejects.append((int(i), "too_many_nodes"))
             continue
+        if options.graph_features is not None:
+            graph[schema.GRAPH_FEAT] = graph_features.compute(parse_smiles(smi), options.graph_features)
         graph[schema.Y] = np.asarray(y, dtype=np.float32)
         graph[schema.META] = {"idx": int(i), "num_nodes": n, "num_edges": int(graph[schema.EDGE_INDEX].shape[1])}
         if name is not None:
@@ -252,9 +255,10 @@ def write_plan(
         "schema_version": schema.SCHEMA_VERSION,
         "dataset": table.name,
         "sources": [{"path": str(p), "sha256": checksums[str(p)], "bytes": p.stat().st_size} for p in table.source_files],
-        "transform": {**asdict(options.structure), "max_nodes": options.max_nodes, "shard_size": options.shard_size, "drop_duplicates": options.drop_duplicates},
+        "transform": {**asdict(options.structure), "graph_features": list(options.graph_features.generators) if options.graph_features else [], "max_nodes": options.max_nodes, "shard_size": options.shard_size, "drop_duplicates": options.drop_duplicates},
         "task": {"type": table.task_type, "num_targets": len(table.target_names), "target_names": table.target_names},
-        "features": {"node": list(schema.ATOM_FEATURE_DIMS), "edge": list(schema.BOND_FEATURE_DIMS)},
+        "features": {"node": list(schema.ATOM_FEATURE_DIMS), "edge": list(schema.BOND_FEATURE_DIMS)}
+        | ({"graph": options.graph_features.manifest()} if options.graph_features else {}),
         "splits": {split: {"rows": int(len(rows)), "shards": [t.name for t in tasks if t.split == split]} for split, rows in table.splits.items()},
         "dropped_duplicates": dropped,
     }

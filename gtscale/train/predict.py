@@ -33,6 +33,7 @@ from gtscale.format import schema
 from gtscale.format.decode import Record
 from gtscale.io import atomic_write_text, safe_torch_load
 from gtscale.loader.collate import collate
+from gtscale.prep.graph_features import GraphFeatures
 from gtscale.prep.structure import StructureOptions
 from gtscale.prep.writer import ShardOptions, featurize_rows
 from gtscale.train.config import NODE_TASK, TaskConfig
@@ -91,13 +92,14 @@ def load_export(path: Path) -> LoadedExport:
     module = check_fits(state, model_cfg, str(files["model.pt"]))
     transform = shards.get("transform", {})
     structure = StructureOptions(**{k: transform[k] for k in ("spd", "degree", "svd_rank", "lap_k", "paths") if k in transform})
+    features = GraphFeatures.from_manifest(shards.get("features", {}).get("graph"), str(files["export.json"]))
     keys, path_dist = loader_keys(module.backbone, model_cfg)
     return LoadedExport(
         path=folder,
         model=GraphTaskModel(module.backbone, module.head).to(_device()).eval(),  # the trainer's forward
         task=from_dict(TaskConfig, meta["task"], prefix="task."),
         target_names=list(shards.get("task", {}).get("target_names", [])) or [f"y{t}" for t in range(module.head.cfg.num_outputs)],
-        options=ShardOptions(structure=structure, max_nodes=transform.get("max_nodes")),
+        options=ShardOptions(structure=structure, max_nodes=transform.get("max_nodes"), graph_features=features),
         keys=[k for k in keys if k != schema.Y],
         path_dist=path_dist,
     )
@@ -189,6 +191,12 @@ def predict_shards(predictor: Predictor, folder: Path, splits: list[str] | None,
     unknown = [s for s in splits if s not in manifest["splits"]]
     if unknown:
         raise UserError(f"--splits: {unknown[0]!r} is not a split of {folder} (has {', '.join(manifest['splits'])})")
+    for export in predictor.exports:
+        made = manifest.get("features", {}).get("graph")
+        wanted = export.options.graph_features.manifest() if export.options.graph_features else None
+        if wanted and made != wanted:
+            raise UserError(f"{folder}: its graph features ({(made or {}).get('generators', 'none')}, or their train statistics) are not "
+                            f"the ones {export.path} was trained on ({wanted['generators']}): predict from a CSV of SMILES instead")
     frames = []
     total = sum(manifest["splits"][s]["samples"] for s in splits)
     with tqdm(total=total, unit="mol", desc="predict", disable=not progress) as bar:

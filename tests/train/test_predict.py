@@ -14,6 +14,7 @@ import yaml
 
 from gtscale.cli import main
 from gtscale.prep.sources.bundled import read_nci_tpsa
+from gtscale.prep.sources.descriptors import descriptor_names
 
 pytestmark = pytest.mark.slow
 
@@ -46,7 +47,8 @@ def train_tiny(shards: Path, run_dir: Path, model_overrides: dict | None = None)
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """(shard folder, the CSV it was made from, run folder, evaluate's test predictions by idx, export).
+    """(shard folder, the CSV it was made from, run folder, evaluate's test predictions by idx, export),
+    trained on shards with molecule-level features (Morgan bits, standardised RDKit descriptors).
 
     Without the SVD and Laplacian encodings: torch's stacked eigh gives a molecule with a
     degenerate spectrum another eigenbasis depending on the other molecules of its size in the same
@@ -56,11 +58,13 @@ def trained(tmp_path_factory):
     csv = tpsa_csv(root / "tpsa.csv")
     shards = root / "shards"
     assert main(["shard", "smiles-csv", "--input", str(csv), "--target-columns", "tpsa", "--split-column", "split",
-                 "--out", str(shards), "--no-progress", "--lap-k", "0", "--svd-rank", "0"]) == 0
+                 "--out", str(shards), "--no-progress", "--lap-k", "0", "--svd-rank", "0", "--graph-features", "morgan2048,rdkit2d"]) == 0
     run_dir = train_tiny(shards, root / "run")
     assert main(["evaluate", str(run_dir), "--split", "test", "--tag", "latest"]) == 0
     saved = np.load(next((run_dir / "eval").glob("test-step-*.npz")))
     export = next((run_dir / "export").glob("step-*"))
+    model_cfg = yaml.safe_load((export / "model.yaml").read_text())
+    assert model_cfg["head"]["graph_features"] == 2048 + len(descriptor_names())  # the head read them
     return shards, csv, run_dir, dict(zip(saved["idx"].tolist(), saved["y_pred"][:, 0].tolist())), export
 
 

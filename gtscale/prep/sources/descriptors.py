@@ -35,9 +35,12 @@ def descriptor_names() -> list[str]:
 def _compute(smiles: str) -> np.ndarray:
     RDLogger.DisableLog("rdApp.*")
     mol = Chem.MolFromSmiles(smiles)
+    return np.full(len(Descriptors._descList), np.nan) if mol is None else descriptor_values(mol)
+
+
+def descriptor_values(mol: Chem.Mol) -> np.ndarray:
+    """float64 [D] of every descriptor of the molecule, NaN where RDKit raises."""
     values = np.full(len(Descriptors._descList), np.nan)
-    if mol is None:
-        return values
     for k, (_, fn) in enumerate(Descriptors._descList):
         try:
             values[k] = fn(mol)
