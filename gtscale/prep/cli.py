@@ -42,8 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--graph-features", default="",
                         help="molecule-level input features for the task head, comma-separated: morgan2048 (Morgan bits, radius 2), "
                         "rdkit2d (RDKit 2D descriptors standardised with the train split's statistics, recorded in the manifest)")
-    parser.add_argument("--targets", choices=["given", "rdkit-descriptors"], default="given",
-                        help="given: the dataset's own targets; rdkit-descriptors: standardised RDKit descriptors (pretraining)")
+    parser.add_argument("--targets", choices=["given", "rdkit-descriptors", "rdkit-fast"], default="given",
+                        help="given: the dataset's own targets; rdkit-descriptors: all of RDKit's descriptors, standardised (pretraining); "
+                        "rdkit-fast: the ten cheap ones (MolWt, MolLogP, TPSA, MolMR, counts, FractionCSP3), for corpora of millions")
     parser.add_argument("--dataset", dest="subset", default=None, help="moleculeace: which benchmark set, e.g. CHEMBL214_Ki")
     table = parser.add_argument_group("smiles-csv options")
     table.add_argument("--input", help="the .csv / .smi file (optionally .gz)")
