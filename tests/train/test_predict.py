@@ -35,7 +35,7 @@ def train_tiny(shards: Path, run_dir: Path, model_overrides: dict | None = None)
         "data": {"shards": str(shards), "loader": {"batching": "graphs", "batch_size": 16, "num_workers": 0}},
         "model": "egt-small",
         "model_overrides": {"num_layers": 1, "node_width": 16, "edge_width": 4, "num_heads": 2, "num_virtual_nodes": 1,
-                            "svd_rank": 0, **(model_overrides or {})},
+                            "svd_rank": 4, **(model_overrides or {})},
         "task": {"loss": "mse", "metric": "rmse", "evaluator": "regression", "head": {"hidden": [16]}, "target_shift": 60.0, "target_scale": 40.0},
         "optimizer": {"lr": 1e-3}, "schedule": {"total_steps": 3, "warmup_steps": 1},
         "checkpoint": {"every": 1000}, "eval": {"every": 0}, "logging": {"every": 1, "tensorboard": False, "progress": False},
@@ -48,17 +48,13 @@ def train_tiny(shards: Path, run_dir: Path, model_overrides: dict | None = None)
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """(shard folder, the CSV it was made from, run folder, evaluate's test predictions by idx, export),
-    trained on shards with molecule-level features (Morgan bits, standardised RDKit descriptors).
-
-    Without the SVD and Laplacian encodings: torch's stacked eigh gives a molecule with a
-    degenerate spectrum another eigenbasis depending on the other molecules of its size in the same
-    call (~20% of NCI molecules), so those encodings of a molecule differ between a shard and a
-    prediction batch (and between two --shard-size choices), and only the rest is bit-exact."""
+    trained on shards with molecule-level features (Morgan bits, standardised RDKit descriptors)
+    and EGT's SVD encodings (the same for a molecule in a predict batch as in its shard)."""
     root = tmp_path_factory.mktemp("predict")
     csv = tpsa_csv(root / "tpsa.csv")
     shards = root / "shards"
     assert main(["shard", "smiles-csv", "--input", str(csv), "--target-columns", "tpsa", "--split-column", "split",
-                 "--out", str(shards), "--no-progress", "--lap-k", "0", "--svd-rank", "0", "--graph-features", "morgan2048,rdkit2d"]) == 0
+                 "--out", str(shards), "--no-progress", "--lap-k", "0", "--svd-rank", "4", "--graph-features", "morgan2048,rdkit2d"]) == 0
     run_dir = train_tiny(shards, root / "run")
     assert main(["evaluate", str(run_dir), "--split", "test", "--tag", "latest"]) == 0
     saved = np.load(next((run_dir / "eval").glob("test-step-*.npz")))
