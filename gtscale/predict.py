@@ -1,5 +1,6 @@
 """`gtscale predict EXPORT… --input mols.csv --out preds.csv`: a fine-tuned model's predictions for
-new molecules (chemprop's `predict`).
+new molecules (chemprop's `predict`). A top-level module, like cli.py: it joins the sharder's
+featurizer (prep), the loader's collate, the export reader and the task's predictions (train).
 
 - Molecules are featurised by the sharder's own code (`writer.featurize_rows`, with the structure
   options and graph features the export's shards were made with, read from export.json) and
