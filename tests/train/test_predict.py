@@ -120,3 +120,14 @@ def test_an_export_without_its_shards_record_is_refused(trained, tmp_path, capsy
     assert main(["predict", str(old), "--input", str(csv), "--out", str(tmp_path / "p.csv")]) == 2
     assert "export.json: does not record the run's task and shards" in capsys.readouterr().err
     assert not (tmp_path / "p.csv").exists()
+
+
+def test_shards_with_other_graph_features_are_refused(trained, tmp_path, capsys):
+    _, csv, _, _, export = trained
+    plain = tmp_path / "plain"
+    assert main(["shard", "smiles-csv", "--input", str(csv), "--target-columns", "tpsa", "--split-column", "split",
+                 "--out", str(plain), "--no-progress", "--lap-k", "0", "--svd-rank", "4"]) == 0
+    assert main(["predict", str(export), "--input", str(plain), "--out", str(tmp_path / "p.csv")]) == 2
+    assert "are not the ones" in capsys.readouterr().err and not (tmp_path / "p.csv").exists()
+    assert main(["predict", str(export), "--input", str(csv), "--smiles-column", "SMILES", "--out", str(tmp_path / "p.csv")]) == 2
+    assert "missing column 'SMILES'" in capsys.readouterr().err
