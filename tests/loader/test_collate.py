@@ -122,3 +122,12 @@ def test_graph_features_are_stacked_one_row_per_graph(nci_by_idx):
     assert batch.graph_feat.dtype == torch.float32
     np.testing.assert_array_equal(batch.graph_feat.numpy(), rows.astype(np.float32))
     assert collate(records).graph_feat is None  # only when asked for
+
+
+def test_a_filler_batch_carries_graph_features_of_the_shards_width():
+    """A rank out of evaluation data feeds a filler batch shaped like the real ones (lockstep)."""
+    from gtscale.loader.filler import FILLER_IDX, filler_record
+
+    manifest = {"transform": {"svd_rank": 2, "lap_k": 0}, "task": {"num_targets": 1}, "features": {"graph": {"dim": 7}}}
+    batch = collate([filler_record(manifest, (schema.GRAPH_FEAT, schema.Y))], [schema.GRAPH_FEAT, schema.Y])
+    assert batch.graph_feat.shape == (1, 7) and batch.idx.tolist() == [FILLER_IDX]
