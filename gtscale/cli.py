@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plot": ("gtscale.train.plot", "loss, metric and learning-rate curves of a run to PNG"),
     "graph": ("gtscale.graphs.cli", "huge graphs: `graph build {dgl,mat,plain,synthetic}` an on-disk CSR store, `graph info`"),
     "evaluate": ("gtscale.train.evaluate_cli", "score a split (default test) with a run's best-validation checkpoint"),
+    "predict": ("gtscale.predict", "predictions of one export (or an ensemble's mean and std) for a CSV of SMILES or a shard folder"),
     "sweep": ("gtscale.experiments.sweep", "one run per seed, test metrics at the best checkpoint as mean ± std; --compare sweeps in one table"),
     "moleculeace-table": ("gtscale.experiments.moleculeace_table", "ECFP + SVR and gtscale arms over MoleculeACE sets: per-set RMSE / cliff RMSE and their mean, one table"),
     "import-checkpoint": ("gtscale.interop.cli", "an authors' Graphormer (fairseq) or EGT checkpoint → a gtscale export"),

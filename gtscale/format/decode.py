@@ -113,6 +113,8 @@ def _check_shapes(arrays: Mapping[str, np.ndarray], n: int) -> str | None:
     for key, array in arrays.items():
         if key in expected and array.shape != expected[key]:
             return f"{key} has shape {array.shape}, expected {expected[key]}"
+        if key == schema.GRAPH_FEAT and array.ndim != 1:
+            return f"{key} has shape {array.shape}, expected [G]"
         if key in (schema.SVD_PE, schema.LAP_PE) and (array.ndim != 2 or array.shape[0] != n):
             return f"{key} has shape {array.shape}, expected [{n}, *]"
     targets = arrays.get(schema.TARGET_NODES)

@@ -26,10 +26,14 @@ A record is one graph. In a shard each key is a tar member ``<sample key>.<recor
 | node_id      | int64 [N]                   | global node id in the big graph (sampled subgraphs)    |
 | target_nodes | int16/int32 [T]             | local index of each labelled node (ego: [0], the target)|
 | target_y     | float32 [T]                 | label of target_nodes[t] (node tasks), NaN unknown     |
+| graph_feat   | float16 [G]                 | molecule-level input features (prep/graph_features.py) |
 
 Schema version 2 added the last four keys (sampled subgraphs of huge graphs, issue 10); version-1
 shards hold none of them and stay readable (READABLE_SCHEMA_VERSIONS). In an ego-subgraph record
 meta.idx is the target's global node id and the record has x_float in place of x and no edge_attr.
+
+graph_feat is written only by `gtscale shard --graph-features …` (manifest features.graph names the
+generators and rdkit2d's train statistics) and needs no version bump either: it only adds a key.
 
 fw_mid is written only by `gtscale shard --paths floyd-warshall` (manifest transform.paths), always
 beside spd and pred, and needs no version bump: a reader that ignores it still finds valid
@@ -67,6 +71,9 @@ X_FLOAT = "x_float"
 NODE_ID = "node_id"
 TARGET_NODES = "target_nodes"
 TARGET_Y = "target_y"
+GRAPH_FEAT = "graph_feat"
+#: graph_feat holds 0/1 fingerprint bits and z-scores clipped to ±6: float16 keeps both to ~3 digits.
+GRAPH_FEAT_DTYPE = np.dtype(np.float16)
 
 #: Keys every record has; the rest depend on the transform options. A record's node features are
 #: either categorical (x, with edge_attr: molecules) or continuous (x_float, no edge attributes:
@@ -106,6 +113,7 @@ PRODUCED = {
     NODE_ID: Produced(_GRAPH_EGO),
     TARGET_NODES: Produced(_GRAPH_EGO),
     TARGET_Y: Produced(_GRAPH_EGO),
+    GRAPH_FEAT: Produced("`gtscale shard --graph-features morgan2048,rdkit2d` (or a subset)", "features.graph", sized=True),
 }
 
 # --- sentinels -----------------------------------------------------------------------------

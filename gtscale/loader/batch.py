@@ -35,6 +35,7 @@ class Batch:
     target_id: Optional[torch.Tensor] = None  # long [B, T]; its global node id, −1 (FILLER_IDX) on padding and filler graphs
     target_y: Optional[torch.Tensor] = None  # float [B, T]; its label, 0 where target_y_mask is False
     target_y_mask: Optional[torch.Tensor] = None  # bool [B, T]; True where labelled
+    graph_feat: Optional[torch.Tensor] = None  # float [B, G]; molecule-level input features (`gtscale shard --graph-features`)
 
     @property
     def num_graphs(self) -> int:

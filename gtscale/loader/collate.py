@@ -40,7 +40,7 @@ from gtscale.format.shardfile import ShardError
 #: Optional record keys that become the Batch field of the same name when asked for.
 BATCH_KEYS = (
     schema.SPD, schema.IN_DEGREE, schema.OUT_DEGREE, schema.SVD_PE, schema.LAP_PE, schema.LAP_EIGVAL, schema.Y, schema.NODE_Y,
-    schema.TARGET_Y,
+    schema.TARGET_Y, schema.GRAPH_FEAT,
 )
 #: Record keys a Batch key needs besides its own.
 _COMPANIONS = {schema.TARGET_Y: (schema.TARGET_NODES, schema.NODE_ID)}
@@ -147,6 +147,8 @@ def collate(records: Sequence[Record], keys: Sequence[str] = (), max_dist: int =
         fields["node_y"], fields["node_y_mask"] = np.where(labelled, node_y, 0.0).astype(np.float32), labelled
     if schema.TARGET_Y in keys:
         fields.update(_targets(records))
+    if schema.GRAPH_FEAT in keys:
+        fields["graph_feat"] = _stack(records, schema.GRAPH_FEAT).astype(np.float32)
     if max_dist > 0:
         fields["path_edges"] = _path_edges(records, sizes, pair_mask, spd, edge_index, edge_graph, edge_attr, max_dist)
     fields["idx"] = np.fromiter((r.idx for r in records), dtype=np.int64, count=b)

@@ -44,6 +44,7 @@ def filler_record(manifest: dict, keys: tuple[str, ...]) -> Record:
         schema.TARGET_NODES: np.zeros(0, np.int16),  # no target: target_id FILLER_IDX, unlabelled
         schema.TARGET_Y: np.zeros(0, np.float32),
         schema.NODE_ID: np.full(1, FILLER_IDX, np.int64),
+        schema.GRAPH_FEAT: np.zeros(int(features.get("graph", {}).get("dim", 0)), schema.GRAPH_FEAT_DTYPE),
     }
     required = (*node_features, schema.EDGE_INDEX, *keys)
     return Record("filler", "(filler)", 1, FILLER_IDX, {k: arrays[k] for k in required})

@@ -134,10 +134,15 @@ class HeadConfig:
     activation: Literal["elu", "relu", "gelu"] = "elu"  # between MLP layers
     max_hops: int = 8  # distance head: ν, predict hops 0..ν; pairs farther apart are not scored
     weight: float = 0.1  # distance head: κ, weight of the auxiliary loss
+    # G, width of Batch.graph_feat (molecule-level features, `gtscale shard --graph-features`), read
+    # beside the model output; set from the shards' manifest, 0 = none
+    graph_features: int = 0
 
     def __post_init__(self):
-        if self.num_outputs < 1 or self.max_hops < 1 or any(w < 1 for w in self.hidden):
-            raise ValueError("num_outputs, max_hops and hidden widths must be positive")
+        if self.num_outputs < 1 or self.max_hops < 1 or any(w < 1 for w in self.hidden) or self.graph_features < 0:
+            raise ValueError("num_outputs, max_hops and hidden widths must be positive, graph_features >= 0")
+        if self.kind == "distance" and self.graph_features:
+            raise ValueError("the distance head reads pair embeddings only; it takes no graph_features")
         if self.form == "graphormer" and (self.hidden or self.kind == "distance"):
             raise ValueError("form: graphormer is a fixed d→d transform then d→T; it takes no hidden widths and no distance kind")
 

@@ -10,6 +10,10 @@
   embeddings, scored by cross-entropy with weight κ. Pairs farther than ν hops apart, unreachable
   pairs and padding are not scored, as in the authors' code (which masks those targets out).
 
+With `graph_features: G` a head also reads Batch.graph_feat [B, G], molecule-level features
+(chemprop's extra features), concatenated to the output it reads: to the pooled graph
+representation, or to every node / pair row for node and edge heads.
+
 Heads return raw scores; losses other than the distance objective belong to the task.
 """
 
@@ -62,15 +66,23 @@ class Head(nn.Module):
     def __init__(self, cfg: HeadConfig, in_dim: int):
         super().__init__()
         self.cfg = cfg
+        in_dim += cfg.graph_features
         out = cfg.max_hops + 1 if cfg.kind == "distance" else cfg.num_outputs
         if cfg.form == "graphormer":
             self.mlp = GraphormerOutput(in_dim, out, cfg.activation)
         else:
             self.mlp = MLP([in_dim, *cfg.hidden, out], cfg.activation)
 
-    def forward(self, outputs: Outputs) -> torch.Tensor:
+    def forward(self, outputs: Outputs, graph_feat: torch.Tensor | None = None) -> torch.Tensor:
         field = "edge" if self.cfg.kind == "distance" else self.cfg.kind
-        return self.mlp(getattr(outputs, field))
+        x = getattr(outputs, field)
+        if self.cfg.graph_features:
+            if graph_feat is None or graph_feat.shape[-1] != self.cfg.graph_features:
+                got = "none" if graph_feat is None else f"width {graph_feat.shape[-1]}"
+                raise ValueError(f"this head reads graph_feat of width {self.cfg.graph_features}, the batch has {got}")
+            feat = graph_feat.to(x.dtype).reshape(x.shape[0], *([1] * (x.dim() - 2)), -1)  # one row per graph → every node / pair
+            x = torch.cat([x, feat.expand(*x.shape[:-1], -1)], dim=-1)
+        return self.mlp(x)
 
     def distance_loss(self, scores: torch.Tensor, batch: Batch) -> torch.Tensor:
         """κ · mean cross-entropy of the predicted hop counts over the scored pairs."""

@@ -7,6 +7,7 @@ import os
 import sys
 from pathlib import Path
 
+from gtscale.prep import graph_features
 from gtscale.prep.sources import DATASETS, read_dataset
 from gtscale.prep.structure import StructureOptions
 from gtscale.errors import UserError
@@ -38,8 +39,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "valid…, then the rest by name (default: keep all, count them in the manifest and warn)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument("--targets", choices=["given", "rdkit-descriptors"], default="given",
-                        help="given: the dataset's own targets; rdkit-descriptors: standardised RDKit descriptors (pretraining)")
+    parser.add_argument("--graph-features", default="",
+                        help="molecule-level input features for the task head, comma-separated: morgan2048 (Morgan bits, radius 2), "
+                        "rdkit2d (RDKit 2D descriptors standardised with the train split's statistics, recorded in the manifest)")
+    parser.add_argument("--targets", choices=["given", "rdkit-descriptors", "rdkit-fast"], default="given",
+                        help="given: the dataset's own targets; rdkit-descriptors: all of RDKit's descriptors, standardised (pretraining); "
+                        "rdkit-fast: the ten cheap ones (MolWt, MolLogP, TPSA, MolMR, counts, FractionCSP3), for corpora of millions")
     parser.add_argument("--dataset", dest="subset", default=None, help="moleculeace: which benchmark set, e.g. CHEMBL214_Ki")
     table = parser.add_argument_group("smiles-csv options")
     table.add_argument("--input", help="the .csv / .smi file (optionally .gz)")
@@ -70,16 +75,21 @@ def run(args: argparse.Namespace) -> int:
     _check(args)
     if args.dataset == "smiles-csv" and args.input and args.input.endswith((".smi", ".smi.gz")) and args.smiles_column == "smiles":
         args.smiles_column = "0"
+    generators = graph_features.parse_generators(args.graph_features) if args.graph_features else ()
     table = read_dataset(args.dataset, args)  # reads and checks every source before anything is written
     out_dir = Path(args.out or Path("shards") / args.dataset)
+    workers = min(args.workers, os.cpu_count() or 1) if args.workers > 1 else 1
+    features = None
+    if generators:  # statistics before any shard: every part computes the same ones from the same train rows
+        features = graph_features.fit(generators, graph_features.train_smiles(table.smiles, table.splits), workers, not args.no_progress)
     options = ShardOptions(
         structure=StructureOptions(spd=not args.no_spd, degree=not args.no_degree, svd_rank=args.svd_rank, lap_k=args.lap_k,
                                    paths=args.paths),
         shard_size=args.shard_size,
         max_nodes=args.max_nodes,
         drop_duplicates=args.drop_duplicates,
+        graph_features=features,
     )
-    workers = min(args.workers, os.cpu_count() or 1) if args.workers > 1 else 1
     parts = shard_table(table, out_dir, options, workers=workers, part=args.part, num_parts=args.num_parts, progress=not args.no_progress)
     written = sum(p["samples"] for p in parts)
     rejected = sum(sum(p["rejected"].values()) for p in parts)

@@ -121,10 +121,21 @@ def _shortest_paths_stacked(src: np.ndarray, dst: np.ndarray, edge_ptr: np.ndarr
 
 def _eigh(symmetric: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Eigenpairs of stacked symmetric matrices, ascending. float32 through torch: the results are
-    stored as float16, and torch's batched float32 LAPACK path is ~1.5× numpy's float64 one on the
-    small matrices of molecules, where these decompositions dominate the structure cost."""
-    values, vectors = torch.linalg.eigh(torch.from_numpy(symmetric.astype(np.float32)))
-    return values.numpy().astype(np.float64), vectors.numpy().astype(np.float64)
+    stored as float16, and torch's float32 LAPACK path is faster than numpy's float64 one on the
+    small matrices of molecules, where these decompositions dominate the structure cost.
+
+    One call per matrix, not one stacked call: a stacked call gives a matrix with repeated
+    eigenvalues (a symmetric molecule; ~1 in 5 NCI molecules) another basis of that eigenspace
+    depending on the other matrices in the stack, so a molecule's encodings would depend on which
+    molecules share its shard, and `gtscale predict` could not reproduce them. ~40 µs more CPU per
+    molecule (tests/prep/test_structure.py checks the independence)."""
+    tensor = torch.from_numpy(symmetric.astype(np.float32))
+    pairs = [torch.linalg.eigh(matrix) for matrix in tensor]
+    if not pairs:
+        return np.zeros(symmetric.shape[:2]), np.zeros(symmetric.shape)
+    values = torch.stack([v for v, _ in pairs]).numpy().astype(np.float64)
+    vectors = torch.stack([q for _, q in pairs]).numpy().astype(np.float64)
+    return values, vectors
 
 
 @numba.njit(cache=True, nogil=True)

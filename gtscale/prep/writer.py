@@ -24,7 +24,7 @@ import rdkit
 
 from gtscale.errors import UserError
 from gtscale.format import schema
-from gtscale.prep import featurize, floyd_warshall, structure
+from gtscale.prep import featurize, floyd_warshall, graph_features, structure
 from gtscale.prep.featurize import FeaturizeError, featurize_smiles_keyed, molecule_key, parse_smiles
 from gtscale.prep.sources.base import MoleculeTable
 from gtscale.prep.structure import StructureOptions, structure_many
@@ -41,6 +41,7 @@ class ShardOptions:
     shard_size: int = 10_000  # records planned per shard (rejected ones leave it a little smaller)
     max_nodes: int | None = None  # molecules with more atoms are rejected as too_many_nodes
     drop_duplicates: bool = False  # keep only the first copy of a molecule (manifest.dedup_order)
+    graph_features: graph_features.GraphFeatures | None = None  # molecule-level features (graph_feat), with their train statistics
 
 
 @dataclass(eq=False)
@@ -65,7 +66,7 @@ def plan_tasks(table: MoleculeTable, shard_size: int) -> list[MoleculeTask]:
 
 
 #: The modules whose code decides the values in a record (SCHEMA_VERSION covers the layout).
-RECORD_CODE = (featurize, structure, floyd_warshall)
+RECORD_CODE = (featurize, structure, floyd_warshall, graph_features)
 
 
 def code_version() -> str:
@@ -100,36 +101,47 @@ def fingerprint(table: MoleculeTable, options: ShardOptions, source_checksums: d
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def molecule_records(task: MoleculeTask, options: ShardOptions) -> ShardRecords:
-    """Featurize a task's molecules and compute their structure; the rejected ones with their reason."""
-    graphs, kept, keys, rejects = [], [], [], []
-    names = task.names if task.names is not None else [None] * len(task.smiles)
-    for smiles, idx, y, name in zip(task.smiles, task.idx, task.targets, names):
+def featurize_rows(smiles: list[str], idx: np.ndarray, targets: np.ndarray, names: list[str | None] | None,
+                   options: ShardOptions) -> tuple[list[dict], list[str], list[tuple[int, str]]]:
+    """(records, molecule keys, rejects [(idx, reason)]) of the molecules that become graphs: the
+    whole record a shard holds, structure included. The one featurisation path: the sharder writes
+    these records, `gtscale predict` collates them straight away."""
+    graphs, keys, rejects = [], [], []
+    names = names if names is not None else [None] * len(smiles)
+    for smi, i, y, name in zip(smiles, idx, targets, names):
         if np.isinf(y).any():  # NaN marks a missing label; ±inf (also 1e39 read as float32) is no value a loss can use
-            rejects.append((int(idx), "target_not_finite"))
+            rejects.append((int(i), "target_not_finite"))
             continue
         try:
-            graph, key = featurize_smiles_keyed(smiles)
+            graph, key = featurize_smiles_keyed(smi)
         except FeaturizeError as err:
-            rejects.append((int(idx), err.reason))
+            rejects.append((int(i), err.reason))
             continue
         except Exception as err:  # RDKit can raise on exotic valences; count, never crash the run
-            rejects.append((int(idx), f"featurize_error:{type(err).__name__}"))
+            rejects.append((int(i), f"featurize_error:{type(err).__name__}"))
             continue
         n = len(graph[schema.X])
         if options.max_nodes is not None and n > options.max_nodes:
-            rejects.append((int(idx), "too_many_nodes"))
+            rejects.append((int(i), "too_many_nodes"))
             continue
+        if options.graph_features is not None:
+            graph[schema.GRAPH_FEAT] = graph_features.compute(parse_smiles(smi), options.graph_features)
         graph[schema.Y] = np.asarray(y, dtype=np.float32)
-        graph[schema.META] = {"idx": int(idx), "num_nodes": n, "num_edges": int(graph[schema.EDGE_INDEX].shape[1])}
+        graph[schema.META] = {"idx": int(i), "num_nodes": n, "num_edges": int(graph[schema.EDGE_INDEX].shape[1])}
         if name is not None:
             graph[schema.META]["name"] = name
         graphs.append(graph)
-        kept.append(int(idx))
         keys.append(key)
     structures = structure_many([(g[schema.EDGE_INDEX], len(g[schema.X])) for g in graphs], options.structure)
     for graph, extra in zip(graphs, structures):
         graph.update(extra)
+    return graphs, keys, rejects
+
+
+def molecule_records(task: MoleculeTask, options: ShardOptions) -> ShardRecords:
+    """Featurize a task's molecules and compute their structure; the rejected ones with their reason."""
+    graphs, keys, rejects = featurize_rows(task.smiles, task.idx, task.targets, task.names, options)
+    kept = [g[schema.META]["idx"] for g in graphs]
     # molecule keys, for counting duplicates at merge
     return ShardRecords(graphs, rejects, {"keys": [[idx, key] for idx, key in zip(kept, keys)]})
 
@@ -184,10 +196,11 @@ def plan_fields(table: MoleculeTable, tasks: list[MoleculeTask], options: ShardO
     return {
         "dataset": table.name,
         "sources": [{"path": str(p), "sha256": checksums[str(p)], "bytes": p.stat().st_size} for p in table.source_files],
-        "transform": {**asdict(options.structure), "max_nodes": options.max_nodes, "shard_size": options.shard_size, "drop_duplicates": options.drop_duplicates},
+        "transform": {**asdict(options.structure), "graph_features": list(options.graph_features.generators) if options.graph_features else [], "max_nodes": options.max_nodes, "shard_size": options.shard_size, "drop_duplicates": options.drop_duplicates},
         "task": {"type": table.task_type, "num_targets": len(table.target_names), "target_names": table.target_names}
         | ({TARGET_STATS: split_target_stats(planned_targets(tasks, table))} if table.task_type == "graph_regression" else {}),
-        "features": {"node": list(schema.ATOM_FEATURE_DIMS), "edge": list(schema.BOND_FEATURE_DIMS)},
+        "features": {"node": list(schema.ATOM_FEATURE_DIMS), "edge": list(schema.BOND_FEATURE_DIMS)}
+        | ({"graph": options.graph_features.manifest()} if options.graph_features else {}),
         "dropped_duplicates": dropped,
     }
 

@@ -73,7 +73,20 @@ def export(run_dir: Path, tag: str, out: Path) -> Path:
     # The auxiliary distance head only shapes training; the export is the backbone and task head.
     state = {k: v for k, v in state.items() if not k.startswith("distance_head.")}
     model_cfg = {**config["model_resolved"], "head": config_head(config)}
-    return write_export(out, state, model_cfg, {"run_dir": str(run_dir), "tag": tag})
+    return write_export(out, state, model_cfg, {"run_dir": str(run_dir), "tag": tag, **prediction_record(config)})
+
+
+def prediction_record(config: dict) -> dict:
+    """What `gtscale predict` needs besides the weights: the task (how scores become predictions)
+    and how the run's shards were made (manifest transform and features), so that new molecules
+    are featurised exactly as the training ones were. Empty for runs on a graph store."""
+    shards = config.get("data", {}).get("shards")
+    if not shards or not (Path(shards) / "manifest.json").is_file():
+        return {}
+    from gtscale.format.manifest import load_manifest
+
+    manifest = load_manifest(shards)
+    return {"task": config["task"], "shards": {k: manifest[k] for k in ("dataset", "transform", "task", "features") if k in manifest}}
 
 
 def config_head(config: dict) -> dict:

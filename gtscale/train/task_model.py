@@ -32,14 +32,18 @@ class GraphTaskModel(ExportedModel):
         aux = None
         if self.distance_head is not None and self.training:
             aux = self.distance_head.distance_loss(self.distance_head(outputs), batch)
-        return self.head(outputs), aux
+        return self.head(outputs, getattr(batch, "graph_feat", None)), aux  # EdgeBatches carry none
 
 
 def task_model_config(cfg: TrainConfig, manifest: dict | None = None) -> dict:
     """The model config with what the shards decide: for node shards, node_float_dim from the
     manifest's features (where the model config leaves it 0) and a node head (scores per node,
-    read at the target nodes by the trainer)."""
+    read at the target nodes by the trainer); for shards with molecule-level features
+    (`gtscale shard --graph-features`), the head's graph_features width."""
     model_cfg = resolve_model_config(cfg)
+    graph_dim = int((manifest or {}).get("features", {}).get("graph", {}).get("dim", 0))
+    if graph_dim:
+        model_cfg["head"] = {**model_cfg.get("head", {}), "graph_features": graph_dim}
     if is_node_task(manifest):
         if not model_cfg.get("node_float_dim"):
             model_cfg["node_float_dim"] = int(manifest.get("features", {}).get("node_float", 0))
@@ -132,6 +136,8 @@ def loader_keys(backbone: nn.Module, model_cfg: dict, target_key: str = schema.Y
     from gtscale.loader.collate import BATCH_KEYS
 
     fields = [f for f in backbone.batch_fields if f in BATCH_KEYS and f != "path_edges"]
+    if model_cfg.get("head", {}).get("graph_features"):
+        fields.append(schema.GRAPH_FEAT)
     path_dist = int(model_cfg.get("multi_hop_max_dist", 0)) if "path_edges" in backbone.batch_fields else 0
     return sorted(set(fields) | {target_key}), path_dist
 

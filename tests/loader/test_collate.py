@@ -12,7 +12,8 @@ from gtscale.format.decode import Record
 from gtscale.loader.path_edges import graph_path_edges
 from gtscale.format.shardfile import ShardError
 
-ALL_KEYS = [k for k in BATCH_KEYS if k != schema.TARGET_Y]  # the molecular keys; target_y: test_ego_loader.py
+# the molecular keys; target_y: test_ego_loader.py; graph_feat (not in these fixtures): below
+ALL_KEYS = [k for k in BATCH_KEYS if k not in (schema.TARGET_Y, schema.GRAPH_FEAT)]
 
 
 def _records(nci_by_idx, count: int, start: int = 0) -> list[Record]:
@@ -110,3 +111,23 @@ def test_a_pred_entry_outside_the_graph_is_named(nci_by_idx):
     records[2].arrays[schema.PRED] = pred
     with pytest.raises(ShardError, match=f"sample {records[2].key}: pred holds node ids outside the graph"):
         collate(records, [], max_dist=3)
+
+
+def test_graph_features_are_stacked_one_row_per_graph(nci_by_idx):
+    records = _records(nci_by_idx, 4)
+    rows = np.random.default_rng(0).normal(size=(4, 6)).astype(np.float16)
+    for record, row in zip(records, rows):
+        record.arrays[schema.GRAPH_FEAT] = row
+    batch = collate(records, [schema.GRAPH_FEAT])
+    assert batch.graph_feat.dtype == torch.float32
+    np.testing.assert_array_equal(batch.graph_feat.numpy(), rows.astype(np.float32))
+    assert collate(records).graph_feat is None  # only when asked for
+
+
+def test_a_filler_batch_carries_graph_features_of_the_shards_width():
+    """A rank out of evaluation data feeds a filler batch shaped like the real ones (lockstep)."""
+    from gtscale.loader.filler import FILLER_IDX, filler_record
+
+    manifest = {"transform": {"svd_rank": 2, "lap_k": 0}, "task": {"num_targets": 1}, "features": {"graph": {"dim": 7}}}
+    batch = collate([filler_record(manifest, (schema.GRAPH_FEAT, schema.Y))], [schema.GRAPH_FEAT, schema.Y])
+    assert batch.graph_feat.shape == (1, 7) and batch.idx.tolist() == [FILLER_IDX]

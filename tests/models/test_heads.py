@@ -54,3 +54,45 @@ def test_distance_objective(graphs):
     shuffled = scores.clone()
     shuffled[~scored] = torch.randn_like(shuffled[~scored]) * 10
     torch.testing.assert_close(head.distance_loss(shuffled, batch), loss)
+
+
+@pytest.mark.parametrize("cfg", [TINY_EGT, TINY_GRAPHORMER])
+@pytest.mark.parametrize("kind", ["graph", "node", "edge"])
+def test_a_head_with_graph_features_and_a_silent_backbone_is_an_mlp_on_the_features(graphs, cfg, kind):
+    """The backbone's part of the head's first layer zeroed (a backbone contributing nothing): the
+    model's scores are an MLP of the molecule-level features alone, for every graph (and every
+    node / pair row of it)."""
+    from dataclasses import replace
+
+    from gtscale.models.heads import MLP
+
+    if kind == "edge" and cfg is TINY_GRAPHORMER:
+        pytest.skip("Graphormer has no edge outputs")
+    torch.manual_seed(0)
+    model = build_model(cfg).eval()
+    head = build_head({"kind": kind, "num_outputs": 2, "hidden": [8], "graph_features": 5}, model)
+    first = head.mlp.layers[0]
+    width = first.in_features - 5
+    with torch.no_grad():
+        first.weight[:, :width] = 0.0
+    features = torch.randn(len(graphs), 5)
+    batch = replace(make_batch(graphs), graph_feat=features)
+    alone = MLP([5, 8, 2], "elu")
+    with torch.no_grad():
+        alone.layers[0].weight.copy_(first.weight[:, width:])
+        alone.layers[0].bias.copy_(first.bias)
+        alone.layers[1].load_state_dict(head.mlp.layers[1].state_dict())
+        scores, expected = head(model(batch), batch.graph_feat), alone(features)
+    rows = expected.reshape(len(graphs), *([1] * (scores.dim() - 2)), 2).expand_as(scores)
+    torch.testing.assert_close(scores, rows)
+    with pytest.raises(ValueError, match="graph_feat of width 5, the batch has none"):
+        head(model(batch))
+
+
+def test_graph_features_change_the_prediction(graphs):
+    torch.manual_seed(0)
+    model = build_model(TINY_EGT).eval()
+    head = build_head({"kind": "graph", "graph_features": 3}, model)
+    outputs = model(make_batch(graphs))
+    a, b = head(outputs, torch.zeros(len(graphs), 3)), head(outputs, torch.ones(len(graphs), 3))
+    assert not torch.allclose(a, b)

@@ -49,3 +49,36 @@ def test_missing_backbone_tensor_is_named(tmp_path):
     torch.save(state, tmp_path / "model.pt")
     with pytest.raises(UserError, match=f"{dropped} missing from the file"):
         load_backbone(task_model(seed=0, outputs=1), str(tmp_path / "model.pt"))
+
+
+def test_fine_tuning_with_graph_features_from_an_export_without_them(tmp_path, capsys):
+    """The export's backbone loads as is; the head, which now also reads graph_feat, is new (its
+    feature columns included), and the model runs on batches that carry the features."""
+    import sys
+    from dataclasses import replace
+    from pathlib import Path
+
+    import numpy as np
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "models"))
+    from model_fixtures import TINY_EGT, make_batch, random_graph
+
+    from gtscale.models import build_head, build_model
+    from gtscale.train.task_model import GraphTaskModel, load_backbone
+
+    torch.manual_seed(0)
+    plain = build_model(TINY_EGT)
+    pretrained = GraphTaskModel(plain, build_head({"kind": "graph", "num_outputs": 3}, plain))
+    torch.save(pretrained.state_dict(), tmp_path / "model.pt")
+    backbone = build_model(TINY_EGT)
+    tuned = GraphTaskModel(backbone, build_head({"kind": "graph", "num_outputs": 1, "graph_features": 4}, backbone))
+    assert load_backbone(tuned, str(tmp_path / "model.pt")) == len(plain.state_dict())
+    assert "newly initialised 2 (head.mlp.layers.0.weight, head.mlp.layers.0.bias)" in capsys.readouterr().out
+    for key, value in plain.state_dict().items():
+        assert torch.equal(tuned.backbone.state_dict()[key], value)
+    assert tuned.head.mlp.layers[0].in_features == plain.graph_dim + 4
+    rng = np.random.default_rng(0)
+    batch = replace(make_batch([random_graph(rng, 5), random_graph(rng, 8)]), graph_feat=torch.randn(2, 4))
+    scores, _ = tuned.eval()(batch)
+    assert scores.shape == (2, 1) and torch.isfinite(scores).all()

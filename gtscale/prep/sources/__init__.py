@@ -16,6 +16,8 @@ DATASETS = {
     "nci-tpsa": "bundled: RDKit's NCI first_5K molecules with TPSA (no --root needed)",
     "wehi-pains": "bundled: RDKit's WEHI molecules labelled by the PAINS filter catalog (no --root needed)",
     "moleculeace": "--dataset CHEMBL214_Ki etc.: a MoleculeACE benchmark set from the installed package (or --root FOLDER of its CSVs)",
+    "moses": "MOSES's 1.9 M molecules (train, test, test_scaffolds) from the installed molsets package (or --root FOLDER of its .csv.gz), "
+             "for --targets rdkit-fast or rdkit-descriptors",
     "offline-union": "the unique molecules of MoleculeACE's train splits and RDKit's NCI set, for --targets rdkit-descriptors",
     "smiles-csv": "--input FILE (.csv or .smi, optionally .gz) with --smiles-column, --target-columns",
 }
@@ -23,25 +25,29 @@ DATASETS = {
 
 def read_dataset(name: str, args: argparse.Namespace) -> MoleculeTable:
     """Read dataset `name`; `args` carries --root / --input, the SMILES-table options and --targets
-    (rdkit-descriptors: the dataset's targets replaced by standardised RDKit descriptors)."""
+    (rdkit-descriptors / rdkit-fast: the dataset's targets replaced by standardised RDKit
+    descriptors, all of them or the cheap set, descriptors.FAST)."""
     targets = getattr(args, "targets", "given")
-    if name == "offline-union" and targets != "rdkit-descriptors":
-        raise UserError("offline-union has no targets of its own: add --targets rdkit-descriptors")
+    if name in ("offline-union", "moses") and targets == "given":
+        raise UserError(f"{name} has no targets of its own: add --targets rdkit-fast or --targets rdkit-descriptors")
     table = _read_source(name, args)
-    if targets == "rdkit-descriptors":
-        from gtscale.prep.sources.descriptors import with_descriptor_targets
+    if targets in ("rdkit-descriptors", "rdkit-fast"):
+        from gtscale.prep.sources.descriptors import FAST, with_descriptor_targets
 
-        return with_descriptor_targets(table, workers=max(1, getattr(args, "workers", 1)), progress=not getattr(args, "no_progress", False))
+        return with_descriptor_targets(table, workers=max(1, getattr(args, "workers", 1)), progress=not getattr(args, "no_progress", False),
+                                       names=FAST if targets == "rdkit-fast" else None)
     return table
 
 
 def _read_source(name: str, args: argparse.Namespace) -> MoleculeTable:
-    from gtscale.prep.sources import bundled, moleculeace, ogb, smiles, union
+    from gtscale.prep.sources import bundled, moleculeace, moses, ogb, smiles, union
 
     if name not in DATASETS:
         raise UserError(f"unknown dataset {name!r} (known: {', '.join(DATASETS)})")
     if name in ("nci-tpsa", "wehi-pains"):
         return bundled.read_nci_tpsa() if name == "nci-tpsa" else bundled.read_wehi_pains()
+    if name == "moses":
+        return moses.read_moses(Path(args.root) if args.root else None)
     if name == "offline-union":
         return union.read_offline_union(Path(args.root) if args.root else None, seed=args.split_seed)
     if name == "moleculeace":

@@ -1,0 +1,240 @@
+"""`gtscale predict EXPORT… --input mols.csv --out preds.csv`: a fine-tuned model's predictions for
+new molecules (chemprop's `predict`). A top-level module, like cli.py: it joins the sharder's
+featurizer (prep), the loader's collate, the export reader and the task's predictions (train).
+
+- Molecules are featurised by the sharder's own code (`writer.featurize_rows`, with the structure
+  options and graph features the export's shards were made with, read from export.json) and
+  batched by the loader's `collate`: the model sees exactly what it saw in training.
+- One export gives a `<name>_pred` column per target; several form an ensemble, and each target
+  gets `<name>_mean` and `<name>_std` (over the members, ddof 0). The suffixes keep a labelled
+  input's own target columns beside the predictions. Regression predictions are in
+  the targets' units; a binary (bce) task's are probabilities.
+- A row RDKit cannot parse (or one the sharder would reject) gets empty predictions and its reason
+  in the `reason` column; the other columns of the input are kept.
+- `--input` may also be a shard folder (manifest.json): every record of the chosen splits is
+  predicted, with its split and idx.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm import tqdm
+
+from gtscale.config import from_dict
+from gtscale.errors import UserError
+from gtscale.format import schema
+from gtscale.format.decode import Record
+from gtscale.io import atomic_write_text
+from gtscale.loader.collate import collate
+from gtscale.prep.graph_features import GraphFeatures
+from gtscale.prep.structure import StructureOptions
+from gtscale.prep.writer import ShardOptions, featurize_rows
+from gtscale.format.manifest import NODE_TASK
+from gtscale.train.config import TaskConfig
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("exports", nargs="+", help="export folders (model.pt, model.yaml, export.json); several = an ensemble")
+    parser.add_argument("--input", required=True, help="a .csv (optionally .gz) of SMILES, or a shard folder (manifest.json)")
+    parser.add_argument("--smiles-column", default="smiles", help="SMILES column of the CSV (default smiles)")
+    parser.add_argument("--splits", default=None, help="shard folder: comma-separated splits to predict (default all)")
+    parser.add_argument("--out", required=True, help="CSV to write (atomically)")
+    parser.add_argument("--batch-size", type=int, default=64, help="molecules per batch (default 64)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+@dataclass
+class LoadedExport:
+    """An export ready to predict: the model (eval mode), and what it needs to read molecules."""
+
+    path: Path
+    model: torch.nn.Module
+    task: TaskConfig
+    target_names: list[str]
+    options: ShardOptions  # how its shards' records were made
+    keys: list[str]  # Batch fields the model reads
+    path_dist: int  # path-edge distance it needs (Graphormer)
+
+
+def load_export(path: Path) -> LoadedExport:
+    """Read an export folder (or its model.pt): weights-only, checked against its model config.
+
+    The one place predict reads exports."""
+    from gtscale.models.export import load_exported
+    from gtscale.train.task_model import GraphTaskModel, loader_keys
+
+    module, export = load_exported(path)
+    meta, model_cfg, folder = export.meta, export.config, export.folder
+    if "shards" not in meta or "task" not in meta:
+        raise UserError(f"{folder / 'export.json'}: does not record the run's task and shards (exported before `gtscale predict` "
+                        "existed, or imported): export the run again with `gtscale export`")
+    shards = meta["shards"]
+    if shards.get("task", {}).get("type") == NODE_TASK:
+        raise UserError(f"{folder}: a node-task export; `gtscale predict` scores molecules (graph tasks)")
+    transform = shards.get("transform", {})
+    structure = StructureOptions(**{k: transform[k] for k in ("spd", "degree", "svd_rank", "lap_k", "paths") if k in transform})
+    features = GraphFeatures.from_manifest(shards.get("features", {}).get("graph"), str(folder / "export.json"))
+    keys, path_dist = loader_keys(module.backbone, model_cfg)
+    return LoadedExport(
+        path=folder,
+        model=GraphTaskModel(module.backbone, module.head).to(_device()).eval(),  # the trainer's forward
+        task=from_dict(TaskConfig, meta["task"], prefix="task."),
+        target_names=list(shards.get("task", {}).get("target_names", [])) or [f"y{t}" for t in range(module.head.cfg.num_outputs)],
+        options=ShardOptions(structure=structure, max_nodes=transform.get("max_nodes"), graph_features=features),
+        keys=[k for k in keys if k != schema.Y],
+        path_dist=path_dist,
+    )
+
+
+def _device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class Predictor:
+    """Predictions of one or more exports for molecules, batch by batch (records made once per
+    distinct featurisation among the exports)."""
+
+    def __init__(self, exports: list[LoadedExport]):
+        names = exports[0].target_names
+        for export in exports[1:]:
+            if export.target_names != names:
+                raise UserError(f"{export.path}: predicts {export.target_names}, {exports[0].path} predicts {names}: "
+                                "an ensemble's members predict the same targets")
+        self.exports, self.target_names = exports, names
+
+    def scores(self, export: LoadedExport, records: list[Record]) -> np.ndarray:
+        """float [n, T] predictions of one export for these records."""
+        return _batch_scores(export, collate(records, export.keys, export.path_dist))
+
+    def smiles(self, smiles: list[str]) -> tuple[np.ndarray, list[str]]:
+        """(predictions [members, n, T], NaN where a molecule was rejected; reason per molecule, "" if none)."""
+        out = np.full((len(self.exports), len(smiles), len(self.target_names)), np.nan, np.float32)
+        reasons = [""] * len(smiles)
+        made: dict[ShardOptions, tuple[list[Record], list[int]]] = {}
+        for member, export in enumerate(self.exports):
+            if export.options not in made:
+                made[export.options] = _records(smiles, export.options, reasons)
+            records, rows = made[export.options]
+            if records:
+                out[member, rows] = self.scores(export, records)
+        return out, reasons
+
+
+def _records(smiles: list[str], options: ShardOptions, reasons: list[str]) -> tuple[list[Record], list[int]]:
+    """Records of the molecules the sharder would keep, and their rows; the others' reasons are set."""
+    rows = np.arange(len(smiles), dtype=np.int64)
+    graphs, _, rejects = featurize_rows(smiles, rows, np.zeros((len(smiles), 0), np.float32), None, options)
+    for row, reason in rejects:
+        reasons[row] = reason
+    kept = [g[schema.META]["idx"] for g in graphs]
+    records = [Record(str(row), "<input>", len(g[schema.X]), row, g) for row, g in zip(kept, graphs)]
+    return records, kept
+
+
+def predict_table(predictor: Predictor, frame: pd.DataFrame, smiles_column: str, batch_size: int, progress: bool) -> pd.DataFrame:
+    """The input rows with prediction columns and a reason column."""
+    empty = np.zeros((len(predictor.exports), 0, len(predictor.target_names)), np.float32)
+    taken = [c for c in [*prediction_columns(empty, predictor.target_names).columns, "reason"] if c in frame.columns]
+    if taken:
+        raise UserError(f"--input has a column {taken[0]!r}, which predict writes; rename it")
+    smiles = frame[smiles_column].astype(object).where(frame[smiles_column].notna(), "").astype(str).tolist()
+    parts, reasons = [], []
+    with tqdm(total=len(smiles), unit="mol", desc="predict", disable=not progress) as bar:
+        for start in range(0, len(smiles), batch_size):
+            values, why = predictor.smiles(smiles[start : start + batch_size])
+            parts.append(values)
+            reasons += why
+            bar.update(len(why))
+    values = np.concatenate(parts, axis=1) if parts else empty
+    columns = prediction_columns(values, predictor.target_names)
+    return pd.concat([frame.reset_index(drop=True), columns, pd.DataFrame({"reason": reasons})], axis=1)
+
+
+def prediction_columns(values: np.ndarray, names: list[str]) -> pd.DataFrame:
+    """<name>_pred per target (one member), or <name>_mean and <name>_std (an ensemble)."""
+    if values.shape[0] == 1:
+        return pd.DataFrame({f"{name}_pred": values[0, :, t] for t, name in enumerate(names)})
+    columns = {}
+    for t, name in enumerate(names):
+        columns[f"{name}_mean"] = values[:, :, t].mean(axis=0)
+        columns[f"{name}_std"] = values[:, :, t].std(axis=0)
+    return pd.DataFrame(columns)
+
+
+def predict_shards(predictor: Predictor, folder: Path, splits: list[str] | None, batch_size: int, progress: bool) -> pd.DataFrame:
+    """split, idx and prediction columns of every record of `splits` of a shard folder."""
+    from gtscale.format.manifest import load_manifest
+    from gtscale.loader.config import LoaderConfig
+    from gtscale.loader.stream import build_loader
+
+    manifest = load_manifest(folder)
+    splits = splits or list(manifest["splits"])
+    unknown = [s for s in splits if s not in manifest["splits"]]
+    if unknown:
+        raise UserError(f"--splits: {unknown[0]!r} is not a split of {folder} (has {', '.join(manifest['splits'])})")
+    for export in predictor.exports:
+        made = manifest.get("features", {}).get("graph")
+        wanted = export.options.graph_features.manifest() if export.options.graph_features else None
+        if wanted and made != wanted:
+            raise UserError(f"{folder}: its graph features ({(made or {}).get('generators', 'none')}, or their train statistics) are not "
+                            f"the ones {export.path} was trained on ({wanted['generators']}): predict from a CSV of SMILES instead")
+    frames = []
+    total = sum(manifest["splits"][s]["samples"] for s in splits)
+    with tqdm(total=total, unit="mol", desc="predict", disable=not progress) as bar:
+        for split in splits:
+            idx, members = None, []
+            for export in predictor.exports:
+                config = LoaderConfig(batching="graphs", batch_size=batch_size, bucketing=False, num_workers=0, keys=export.keys,
+                                      path_edges_max_dist=export.path_dist)
+                ids, values = [], []
+                for batch in build_loader(manifest, split, config, train=False, rank=0, world_size=1):
+                    ids.append(batch.idx.numpy())
+                    values.append(_batch_scores(export, batch))
+                    if export is predictor.exports[0]:
+                        bar.update(len(ids[-1]))
+                ids = np.concatenate(ids)
+                order = np.argsort(ids)
+                idx = ids[order]
+                members.append(np.concatenate(values)[order])
+            columns = prediction_columns(np.stack(members), predictor.target_names)
+            frames.append(pd.concat([pd.DataFrame({"split": split, "idx": idx}), columns], axis=1))
+    return pd.concat(frames, ignore_index=True)
+
+
+@torch.no_grad()
+def _batch_scores(export: LoadedExport, batch) -> np.ndarray:
+    """float [n, T] predictions of one export (targets' units; probabilities for bce)."""
+    from gtscale.train.tasks import predictions
+
+    values = predictions(export.model(batch.to(_device()))[0], export.task)
+    return (torch.sigmoid(values) if export.task.loss == "bce" else values).cpu().numpy()
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.batch_size < 1:
+        raise UserError(f"--batch-size must be >= 1, got {args.batch_size}")
+    predictor = Predictor([load_export(Path(p)) for p in args.exports])
+    source = Path(args.input)
+    if source.is_dir():
+        table = predict_shards(predictor, source, [s for s in args.splits.split(",") if s] if args.splits else None,
+                               args.batch_size, not args.no_progress)
+    else:
+        from gtscale.prep.sources.base import read_csv, require_columns
+
+        frame = read_csv(source)
+        require_columns(frame, [args.smiles_column], source)
+        table = predict_table(predictor, frame, args.smiles_column, args.batch_size, not args.no_progress)
+    out = Path(args.out)
+    if out.is_dir():
+        raise UserError(f"--out {out}: is a folder; name the CSV to write")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out, table.to_csv(index=False))
+    failed = int((table["reason"] != "").sum()) if "reason" in table else 0
+    print(f"wrote {len(table)} rows to {out}" + (f" ({failed} without a prediction: see the reason column)" if failed else ""))
+    return 0
