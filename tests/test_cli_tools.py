@@ -28,6 +28,10 @@ def test_bench_shard_whole_process_json(tmp_path, capsys):
     assert (base["process"], ours["process"]) == ("smiles2graph process", "gtscale shard process")
     assert result["ratio_cpu"] == pytest.approx(base["cpu_s"] / ours["cpu_s"])
     assert all(r["cpu_s"] > 0 and r["wall_s"] > 0 for r in result["rows"])
+    # start-up runs on 100 of the 200 molecules: CPU s = start-up + 100 further molecules' worth
+    for row in result["rows"]:
+        assert row["cpu_s"] == pytest.approx(row["cpu_s_100_molecules"] + 100 * row["cpu_ms_per_further_molecule"] / 1e3)
+    assert result["startup_molecules"] == 100
     assert "by CPU time" in capsys.readouterr().out
 
 

@@ -78,6 +78,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--edges", type=int, default=500_000, help="generated graph: directed edges")
     parser.add_argument("--graph-nodes", type=int, default=1000, help="generated graph for MNA-GT: nodes per (ego) subgraph")
     parser.add_argument("--no-reference", action="store_true", help="skip the plain implementation (ET, MNA-GT)")
+    parser.add_argument("--authors", type=Path, default=None, metavar="PATH",
+                        help="time against the authors' code in this checkout (egt_pytorch or Graphormer; bench/authors.py)")
 
 
 # --- the batch ---------------------------------------------------------------------------------
@@ -337,6 +339,10 @@ def _has_plain(cfg: dict) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.authors is not None:
+        from gtscale.bench.authors import run_authors
+
+        return run_authors(args)
     if args.batch_size < 1 or args.steps < 1 or args.warmup < 0 or args.threads < 1 or args.nodes < 1 or args.edges < 0 or args.graph_nodes < 1:
         raise UserError("--batch-size, --steps, --threads, --nodes and --graph-nodes must be positive, --warmup and --edges >= 0")
     claim_json(args.json)

@@ -36,6 +36,8 @@ from gtscale.interop.unpickle import opaque_fields
 
 ENC = "encoder.graph_encoder."
 NUM_ATOM_COLUMNS, NUM_BOND_COLUMNS = 9, 3
+#: gtscale row r of the atom / bond table = the authors' row r + this (see the module docstring).
+ATOM_ROW_SHIFT, BOND_ROW_SHIFT = 1, 2
 #: Options the weights do not determine: fairseq argument name → gtscale field, graphormer_base's value.
 OPTIONS = {"multi_hop_max_dist": ("multi_hop_max_dist", 5), "dropout": ("dropout", 0.0),
            "attention_dropout": ("attention_dropout", 0.1), "act_dropout": ("activation_dropout", 0.1)}
@@ -135,17 +137,18 @@ def model_config(state: dict, options: dict, where: str) -> dict:
     return cfg
 
 
-def convert(state: dict, cfg: dict, where: str) -> dict:
-    """gtscale state dict (backbone.*, head.*) of the fairseq weights."""
+def convert(state: dict, cfg: dict, where: str, head: bool = True) -> dict:
+    """gtscale state dict (backbone.*, and head.* unless `head` is false: the encoder
+    `encoder.graph_encoder.*` alone) of the fairseq weights."""
     keys = KeyMap(state, where)
     heads = cfg["num_heads"]
     node, bias = ENC + "graph_node_feature.", ENC + "graph_attn_bias."
-    keys.put("backbone.atom_embed.table.weight", node + "atom_encoder.weight", lambda t: shifted_table(t, 1))
+    keys.put("backbone.atom_embed.table.weight", node + "atom_encoder.weight", lambda t: shifted_table(t, ATOM_ROW_SHIFT))
     keys.put("backbone.in_degree.weight", node + "in_degree_encoder.weight")
     keys.put("backbone.out_degree.weight", node + "out_degree_encoder.weight")
     keys.put("backbone.graph_token", node + "graph_token.weight")
     keys.put("backbone.spatial.weight", bias + "spatial_pos_encoder.weight")
-    keys.put("backbone.path_encoding.edges.table.weight", bias + "edge_encoder.weight", lambda t: shifted_table(t, 2))
+    keys.put("backbone.path_encoding.edges.table.weight", bias + "edge_encoder.weight", lambda t: shifted_table(t, BOND_ROW_SHIFT))
     keys.put("backbone.path_encoding.hop_weight", bias + "edge_dis_encoder.weight", lambda t: t.reshape(-1, heads, heads))
     keys.put("backbone.virtual_distance", bias + "graph_token_virtual_distance.weight")
     if cfg["embedding_ln"]:
@@ -162,6 +165,12 @@ def convert(state: dict, cfg: dict, where: str) -> dict:
             keys.put(dst + f"ffn.fc2.{part}", src + f"fc2.{part}")
         _layer_norm(keys, dst + "ln", src + "self_attn_layer_norm")
         _layer_norm(keys, dst + "ffn.ln", src + "final_layer_norm")
+    if head:
+        _convert_head(keys)
+    return keys.finish()
+
+
+def _convert_head(keys: KeyMap) -> None:
     keys.put("head.mlp.transform.weight", "encoder.lm_head_transform_weight.weight")
     keys.put("head.mlp.transform.bias", "encoder.lm_head_transform_weight.bias")
     _layer_norm(keys, "head.mlp.norm", "encoder.layer_norm")
@@ -169,7 +178,6 @@ def convert(state: dict, cfg: dict, where: str) -> dict:
     keys.put("head.mlp.bias", "encoder.lm_output_learned_bias")
     keys.drop("encoder.masked_lm_pooler.weight")  # built by GraphormerEncoder, used nowhere
     keys.drop("encoder.masked_lm_pooler.bias")
-    return keys.finish()
 
 
 def _layer_norm(keys: KeyMap, dst: str, src: str) -> None:

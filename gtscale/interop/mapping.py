@@ -65,3 +65,38 @@ def shape_of(source: dict, key: str, where: str) -> tuple[int, ...]:
     if not isinstance(value, torch.Tensor):
         raise UserError(f"{where}: missing key {key} (needed to size the model)")
     return tuple(value.shape)
+
+
+def invert(convert: Callable[[dict], dict], shapes: dict[str, tuple[int, ...]], ours: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The source state dict (keys and shapes `shapes`) that `convert` maps to `ours`: an
+    importer run backwards, so that the one table of names and layouts in the importer also
+    serves the other direction (gtscale weights into the authors' modules).
+
+    Every importer only selects and moves elements (renames, permutations, concatenations, row
+    shifts, reshapes), so tracing which source element lands where inverts it: `convert` runs
+    twice on sources filled with their element numbers and their key numbers. A source element
+    that no output reads (a table row no data reaches) comes back zero; an output element that
+    no source feeds (zero-filled by the importer) has no place in the source and is left out."""
+    names = list(shapes)
+    sizes = [int(torch.Size(s).numel()) for s in shapes.values()]
+    if max(sizes, default=0) >= 2**24:  # numbered through KeyMap's float32: exact below 2^24
+        raise ValueError(f"invert: a tensor of {max(sizes)} elements is too large to trace")
+    element = convert({k: torch.arange(1, n + 1, dtype=torch.float32).view(shapes[k]) for k, n in zip(names, sizes)})
+    owner = convert({k: torch.full(shapes[k], float(i + 1)) for i, k in enumerate(names)})
+    if set(element) != set(ours):
+        raise ValueError(f"invert: the importer gives keys {sorted(set(element) ^ set(ours))} that the weights do not (or the reverse)")
+    out = {k: torch.zeros(n) for k, n in zip(names, sizes)}
+    filled = {k: torch.zeros(n, dtype=torch.bool) for k, n in zip(names, sizes)}
+    for key, value in ours.items():
+        value = value.detach().float().reshape(-1)
+        index, source = element[key].reshape(-1).long() - 1, owner[key].reshape(-1).long() - 1
+        for i in source.unique().tolist():
+            if i < 0:
+                continue  # zero-filled by the importer: no source element
+            picked = source == i
+            rows = index[picked]
+            if filled[names[i]][rows].any() or rows.unique().numel() != rows.numel():
+                raise ValueError(f"invert: {names[i]} feeds more than one output element; the importer is not invertible")
+            out[names[i]][rows] = value[picked]
+            filled[names[i]][rows] = True
+    return {k: out[k].view(shapes[k]) for k in names}
