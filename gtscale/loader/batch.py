@@ -35,6 +35,13 @@ class Batch:
     target_id: Optional[torch.Tensor] = None  # long [B, T]; its global node id, −1 (FILLER_IDX) on padding and filler graphs
     target_y: Optional[torch.Tensor] = None  # float [B, T]; its label, 0 where target_y_mask is False
     target_y_mask: Optional[torch.Tensor] = None  # bool [B, T]; True where labelled
+    token_index: Optional[torch.Tensor] = None  # long [T']: b·N + i of the real nodes, row-major; then B·N ("trash") up to T' (packing.py)
+    pair_index: Optional[torch.Tensor] = None  # long [P']: (b·N + i)·N + j of the real node pairs; then B·N² up to P'
+
+    def __post_init__(self):
+        # A Batch built without them (by hand, in tests) gets exact ones; the loader ships them.
+        if self.token_index is None:
+            self.token_index, self.pair_index = packing_indices(self.node_mask)
 
     @property
     def num_graphs(self) -> int:
@@ -61,3 +68,20 @@ class Batch:
             for v in [getattr(self, f.name)]
         }
         return Batch(**pinned)
+
+
+def packing_indices(node_mask: torch.Tensor, align: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """(token_index, pair_index) of a [B, N] node mask, each list's length rounded up to a
+    multiple of `align` with trash entries (B·N, B·N²), so that batches of one padded shape
+    share a few index lengths (a compiled model then sees a few shapes, not one per batch).
+    Computed where the batch is made (the loader's workers): models never look for real rows."""
+    b, n = node_mask.shape
+    mask = node_mask.cpu()
+    tokens = mask.reshape(-1).nonzero().squeeze(1)
+    pairs = (mask[:, :, None] & mask[:, None, :]).reshape(-1).nonzero().squeeze(1)
+    return _round_up(tokens, align, b * n).to(node_mask.device), _round_up(pairs, align, b * n * n).to(node_mask.device)
+
+
+def _round_up(index: torch.Tensor, align: int, trash: int) -> torch.Tensor:
+    extra = -index.numel() % align
+    return torch.cat([index, index.new_full((extra,), trash)]) if extra else index
