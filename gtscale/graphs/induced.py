@@ -49,7 +49,7 @@ from gtscale.graphs.splits import mask_split, ratio_split
 from gtscale.graphs.store import GraphStore
 from gtscale.loader.config import LoaderConfig, derive_seed
 from gtscale.loader.edge_batch import EdgeBatch
-from gtscale.loader.filler import FILLER_IDX
+from gtscale.loader.batch import FILLER_IDX
 from gtscale.loader.slots import ShardStream
 
 #: Purposes mixed into derived seeds (the shard loader uses 0..2, the online ego loader 3).

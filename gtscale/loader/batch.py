@@ -12,6 +12,21 @@ from typing import Optional
 
 import torch
 
+from gtscale.format.schema import SPD_UNREACHABLE
+
+#: Index of filler graphs (padding graphs, and what a rank out of evaluation data feeds the model);
+#: no dataset has a negative idx.
+FILLER_IDX = -1
+
+#: How each field's leading dimensions are laid out: 1 = [B, …], 2 = [B, N, …], 3 = [B, N, N, …].
+_LAYOUT = {
+    "node_feat": 2, "node_mask": 2, "edge_feat": 3, "spd": 3, "in_degree": 2, "out_degree": 2, "svd_pe": 2, "lap_pe": 2,
+    "lap_eigval": 1, "path_edges": 3, "y": 1, "y_mask": 1, "node_y": 2, "node_y_mask": 2, "idx": 1, "node_feat_float": 2,
+    "target_node": 1, "target_id": 1, "target_y": 1, "target_y_mask": 1,
+}
+#: Padding values other than 0 / False.
+_FILL = {"spd": SPD_UNREACHABLE, "idx": FILLER_IDX, "target_id": FILLER_IDX}
+
 
 @dataclass
 class Batch:
@@ -43,6 +58,23 @@ class Batch:
         if self.token_index is None:
             self.token_index, self.pair_index = packing_indices(self.node_mask)
 
+    def padded(self, num_graphs: int, num_nodes: int) -> "Batch":
+        """This batch padded to `num_graphs` graphs (filler graphs: no node, no label, idx
+        FILLER_IDX) of `num_nodes` node slots, with index lists of full length (B·N, B·N²): a
+        batch of exactly that shape whatever its graphs (loader.pad_to_bucket)."""
+        b, n = self.node_mask.shape
+        if num_graphs < b or num_nodes < n:
+            raise ValueError(f"cannot pad a batch of {b} graphs × {n} nodes to {num_graphs} × {num_nodes}")
+        out = {}
+        for name, dims in _LAYOUT.items():
+            t = getattr(self, name)
+            if t is None:
+                continue
+            widths = [0, 0] * (t.dim() - dims) + [0, num_nodes - n] * (dims - 1) + [0, num_graphs - b]
+            out[name] = torch.nn.functional.pad(t, widths, value=_FILL.get(name, 0))
+        tokens, pairs = packing_indices(out["node_mask"], full=True)
+        return Batch(**out, token_index=tokens, pair_index=pairs)
+
     @property
     def num_graphs(self) -> int:
         return self.node_mask.shape[0]
@@ -70,18 +102,20 @@ class Batch:
         return Batch(**pinned)
 
 
-def packing_indices(node_mask: torch.Tensor, align: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-    """(token_index, pair_index) of a [B, N] node mask, each list's length rounded up to a
-    multiple of `align` with trash entries (B·N, B·N²), so that batches of one padded shape
-    share a few index lengths (a compiled model then sees a few shapes, not one per batch).
-    Computed where the batch is made (the loader's workers): models never look for real rows."""
+def packing_indices(node_mask: torch.Tensor, full: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(token_index, pair_index) of a [B, N] node mask; with `full`, each list is filled up to
+    its longest possible length (B·N, B·N²) with trash entries, so that every batch of one padded
+    shape has index lists of one length too. Computed where the batch is made (the loader's
+    workers): models never look for real rows."""
     b, n = node_mask.shape
     mask = node_mask.cpu()
     tokens = mask.reshape(-1).nonzero().squeeze(1)
     pairs = (mask[:, :, None] & mask[:, None, :]).reshape(-1).nonzero().squeeze(1)
-    return _round_up(tokens, align, b * n).to(node_mask.device), _round_up(pairs, align, b * n * n).to(node_mask.device)
+    if full:
+        tokens, pairs = _fill(tokens, b * n), _fill(pairs, b * n * n)
+    return tokens.to(node_mask.device), pairs.to(node_mask.device)
 
 
-def _round_up(index: torch.Tensor, align: int, trash: int) -> torch.Tensor:
-    extra = -index.numel() % align
-    return torch.cat([index, index.new_full((extra,), trash)]) if extra else index
+def _fill(index: torch.Tensor, length: int) -> torch.Tensor:
+    """`index` followed by trash entries (= length) up to `length` entries."""
+    return torch.cat([index, index.new_full((length - index.numel(),), length)])

@@ -9,8 +9,7 @@ from gtscale.errors import UserError
 from gtscale.format import schema
 from gtscale.format.decode import Record
 
-#: Batch.idx of filler graphs; no dataset has a negative idx.
-FILLER_IDX = -1
+from gtscale.loader.batch import FILLER_IDX
 
 
 def filler_record(manifest: dict, keys: tuple[str, ...]) -> Record:

@@ -50,7 +50,7 @@ def predict_split(model: torch.nn.Module, cfg: TrainConfig, manifest: dict, spli
                   node_task: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(idx, y_pred, y_true with NaN where unlabelled) of every sample of `split`, sorted by idx
     (node tasks: one row per target node, idx its global id)."""
-    from gtscale.loader.filler import FILLER_IDX
+    from gtscale.loader.batch import FILLER_IDX
     from gtscale.train.data_source import split_loader
     from gtscale.train.node_task import target_scores
     from gtscale.train.tasks import predictions

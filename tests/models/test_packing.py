@@ -12,9 +12,9 @@ from gtscale.models.packing import Packing
 MASK = torch.tensor([[True, True, False, False], [True, False, False, False], [True, True, True, True]])
 
 
-def _batch(mask: torch.Tensor, align: int = 1) -> Batch:
+def _batch(mask: torch.Tensor, full: bool = False) -> Batch:
     b, n = mask.shape
-    tokens, pairs = packing_indices(mask, align)
+    tokens, pairs = packing_indices(mask, full)
     return Batch(node_feat=torch.zeros(b, n, 1, dtype=torch.long), node_mask=mask, edge_feat=torch.zeros(b, n, n, 1, dtype=torch.long),
                  token_index=tokens, pair_index=pairs)
 
@@ -47,7 +47,7 @@ def test_virtual_layout_indexes_exactly_the_real_rows_of_the_prepended_mask(num_
 @pytest.mark.parametrize("num_virtual", [0, 2])
 def test_trash_entries_change_no_value_and_no_gradient(num_virtual):
     torch.manual_seed(0)
-    exact, padded = (Packing.for_batch(_batch(MASK, align), num_virtual) for align in (1, 16))
+    exact, padded = (Packing.for_batch(_batch(MASK, full), num_virtual) for full in (False, True))
     assert padded.num_tokens > exact.num_tokens and padded.pairs.numel() > exact.pairs.numel()
     x = torch.randn(3, MASK.shape[1] + num_virtual, 6, requires_grad=True)
     e = torch.randn(3, MASK.shape[1] + num_virtual, MASK.shape[1] + num_virtual, 6, requires_grad=True)
