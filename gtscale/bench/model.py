@@ -80,6 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-reference", action="store_true", help="skip the plain implementation (ET, MNA-GT)")
     parser.add_argument("--authors", type=Path, default=None, metavar="PATH",
                         help="time against the authors' code in this checkout (egt_pytorch or Graphormer; bench/authors.py)")
+    parser.add_argument("--compile", action="store_true", help="also time the model under torch.compile (fullgraph), side by side with eager")
 
 
 # --- the batch ---------------------------------------------------------------------------------
@@ -122,27 +123,6 @@ def sample_molecules(count: int, seed: int, max_atoms: int) -> list[str]:
     return [pool[i][0] for i in chosen]
 
 
-#: Batch fields of the bench, and whether each is per pair ([B, N, N, ...]) or per node.
-_PAIR_FIELDS = ("edge_feat", "spd", "path_edges")
-_NODE_FIELDS = ("node_feat", "node_mask", "in_degree", "out_degree", "svd_pe", "lap_pe")
-
-
-def _pad_field(name: str, t: torch.Tensor, extra: int) -> torch.Tensor:
-    """Pad the node dimension(s) by `extra` with collate's padding values: SPD_UNREACHABLE for
-    hops, 0 / False for everything else."""
-    node_dims = 2 if name in _PAIR_FIELDS else 1
-    widths = [0, 0] * (t.dim() - 1 - node_dims) + [0, extra] * node_dims
-    return torch.nn.functional.pad(t, widths, value=schema.SPD_UNREACHABLE if name == "spd" else 0)
-
-
-def _pad(batch: Batch, num_nodes: int) -> Batch:
-    extra = num_nodes - batch.max_nodes
-    if extra <= 0:
-        return batch
-    fields = {name: _pad_field(name, getattr(batch, name), extra) for name in _PAIR_FIELDS + _NODE_FIELDS if getattr(batch, name) is not None}
-    return Batch(**fields, idx=batch.idx)
-
-
 def molecule_batch(smiles: list[str], pad_to: int | None, svd_rank: int, path_hops: int, lap_k: int = 0) -> Batch:
     """Dense Batch of the molecules through the data pipeline's own featurizer, structure and
     collate, padded to the largest molecule or to `pad_to` nodes."""
@@ -159,7 +139,8 @@ def molecule_batch(smiles: list[str], pad_to: int | None, svd_rank: int, path_ho
         arrays.update(structure(arrays[schema.EDGE_INDEX], n, options))
         records.append(Record(key=f"nci-{i}", shard="bench", num_nodes=n, idx=i, arrays=arrays))
     keys = (schema.SPD, schema.IN_DEGREE, schema.OUT_DEGREE, schema.SVD_PE) + ((schema.LAP_PE,) if lap_k else ())
-    return _pad(collate(records, keys, max_dist=max(path_hops, 1)), pad_to or 0)
+    batch = collate(records, keys, max_dist=max(path_hops, 1))
+    return batch.padded(batch.num_graphs, pad_to) if pad_to and pad_to > batch.max_nodes else batch
 
 
 def generated_graph(nodes: int, edges: int, graph_nodes: int | None, typed, seed: int) -> EdgeBatch:
@@ -214,7 +195,9 @@ def _peak_flops(device: torch.device, precision: str, override: float | None) ->
 def measure(cfg: dict, batch: Batch | EdgeBatch, precision: str, steps: int, warmup: int, threads: int,
             device_name: str, seed: int, peak_tflops: float | None, implementation: str = "model") -> dict:
     """Train `steps` timed steps on `batch`; the figures of one precision and implementation
-    ("model", or "plain": bench/reference.py's obvious version with the same parameters)."""
+    ("model"; "compiled": the same under torch.compile, fullgraph; or "plain": bench/reference.py's
+    obvious version with the same parameters). compile_s: the first step's time beyond a timed
+    step's (tracing and code generation; the rest of the warmup is untimed)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     from gtscale.bench.reference import plain_version
@@ -238,9 +221,15 @@ def measure(cfg: dict, batch: Batch | EdgeBatch, precision: str, steps: int, war
     target = torch.randn(batch.num_graphs, head.cfg.num_outputs, device=device)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
-    def step() -> None:
+    def eager(batch):
+        return head(model(batch))
+
+    # FLOPs are counted on the eager forward: a counting dispatch mode and a compiled graph exclude each other
+    compiled = torch.compile(eager, fullgraph=True) if implementation == "compiled" else eager
+
+    def step(forward=compiled) -> None:
         with autocast:
-            scores = head(model(batch))
+            scores = forward(batch)
         if node_task:
             loss = anomaly_loss(scores[:, 0], batch.node_y)
         else:
@@ -253,10 +242,14 @@ def measure(cfg: dict, batch: Batch | EdgeBatch, precision: str, steps: int, war
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    for _ in range(warmup):
+    first = time.perf_counter()
+    step()
+    sync()
+    first = time.perf_counter() - first
+    for _ in range(max(warmup - 1, 0)):
         step()
     with FlopCounterMode(display=False) as counter:
-        step()
+        step(eager)
     flops = counter.get_total_flops()
     times = []
     for _ in range(steps):
@@ -286,6 +279,7 @@ def measure(cfg: dict, batch: Batch | EdgeBatch, precision: str, steps: int, war
         "mfu": achieved / peak if peak else None,
         "parameters": sum(p.numel() for p in params),
         "optimizer": optimizer_name,
+        "compile_s": max(first - seconds, 0.0) if implementation == "compiled" else None,
     }
 
 
@@ -320,13 +314,16 @@ def _print(setup: dict, results: list[dict]) -> None:
         f"activation checkpointing {setup['checkpointing']}; 1-min load average "
         f"{setup['load_average_before']:.2f} before, {setup['load_average_after']:.2f} after"
     )
-    print(f"{'precision':<10}{'impl':<7}{'graphs/s':>10}{'nodes/s':>11}{'step ms':>10}{'min ms':>9}{'peak MiB':>10}{'GFLOP/step':>12}{'TFLOP/s':>9}{'MFU':>7}")
+    print(f"{'precision':<10}{'impl':<9}{'graphs/s':>10}{'nodes/s':>11}{'step ms':>10}{'min ms':>9}{'peak MiB':>10}{'GFLOP/step':>12}{'TFLOP/s':>9}{'MFU':>7}{'compile s':>10}")
     for r in results:
         mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "-"
         print(
-            f"{r['precision']:<10}{r['implementation']:<7}{r['graphs_per_s']:>10.1f}{r['nodes_per_s']:>11.0f}{r['step_ms']:>10.1f}"
+            f"{r['precision']:<10}{r['implementation']:<9}{r['graphs_per_s']:>10.1f}{r['nodes_per_s']:>11.0f}{r['step_ms']:>10.1f}"
             f"{r['step_ms_min']:>9.1f}{r['peak_mem_mb']:>10.0f}{r['gflop_per_step']:>12.1f}{r['achieved_tflops']:>9.3f}{mfu:>7}"
+            f"{'' if r['compile_s'] is None else format(r['compile_s'], '.1f'):>10}"
         )
+    for ratio in setup.get("compile_ratios", []):
+        print(f"{ratio['precision']}: compiled / eager throughput {ratio['speedup']:.2f}x, peak memory eager / compiled {ratio['memory_saving']:.2f}x")
     for ratio in setup.get("ratios", []):
         print(
             f"{ratio['precision']}: model / plain throughput {ratio['speedup']:.2f}x, "
@@ -382,7 +379,7 @@ def run(args: argparse.Namespace) -> int:
             "atoms_mean": atoms.float().mean().item(),
             "atoms_max": int(atoms.max()),
         }
-    implementations = ["model"] + (["plain"] if _has_plain(cfg) and not args.no_reference else [])
+    implementations = ["model"] + (["compiled"] if args.compile else []) + (["plain"] if _has_plain(cfg) and not args.no_reference else [])
     context = multiprocessing.get_context("spawn")
     results = []
     for precision in args.precision:
@@ -397,6 +394,14 @@ def run(args: argparse.Namespace) -> int:
             "memory_saving": by_key[(p, "plain")]["peak_mem_mb"] / max(by_key[(p, "model")]["peak_mem_mb"], 1e-9),
         }
         for p in args.precision if (p, "plain") in by_key
+    ]
+    setup["compile_ratios"] = [
+        {
+            "precision": p,
+            "speedup": by_key[(p, "compiled")]["nodes_per_s"] / by_key[(p, "model")]["nodes_per_s"],
+            "memory_saving": by_key[(p, "model")]["peak_mem_mb"] / max(by_key[(p, "compiled")]["peak_mem_mb"], 1e-9),
+        }
+        for p in args.precision if (p, "compiled") in by_key
     ]
     setup["load_average_after"] = os.getloadavg()[0]
     _print(setup, results)

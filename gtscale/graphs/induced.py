@@ -49,7 +49,7 @@ from gtscale.graphs.splits import mask_split, node_task_section, ratio_split
 from gtscale.graphs.store import GraphStore
 from gtscale.loader.config import LoaderConfig, SeedPurpose, derive_seed
 from gtscale.loader.edge_batch import EdgeBatch
-from gtscale.loader.filler import FILLER_IDX
+from gtscale.loader.batch import FILLER_IDX
 from gtscale.loader.slots import ShardStream
 
 #: Default epochs are at least this many rounds (see the module docstring).

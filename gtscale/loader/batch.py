@@ -12,6 +12,21 @@ from typing import Optional
 
 import torch
 
+from gtscale.format.schema import SPD_UNREACHABLE
+
+#: Index of filler graphs (padding graphs, and what a rank out of evaluation data feeds the model);
+#: no dataset has a negative idx.
+FILLER_IDX = -1
+
+#: How each field's leading dimensions are laid out: 1 = [B, …], 2 = [B, N, …], 3 = [B, N, N, …].
+_LAYOUT = {
+    "node_feat": 2, "node_mask": 2, "edge_feat": 3, "spd": 3, "in_degree": 2, "out_degree": 2, "svd_pe": 2, "lap_pe": 2,
+    "lap_eigval": 1, "path_edges": 3, "y": 1, "y_mask": 1, "node_y": 2, "node_y_mask": 2, "idx": 1, "node_feat_float": 2,
+    "target_node": 1, "target_id": 1, "target_y": 1, "target_y_mask": 1, "graph_feat": 1,
+}
+#: Padding values other than 0 / False.
+_FILL = {"spd": SPD_UNREACHABLE, "idx": FILLER_IDX, "target_id": FILLER_IDX}
+
 
 @dataclass
 class Batch:
@@ -36,6 +51,30 @@ class Batch:
     target_y: Optional[torch.Tensor] = None  # float [B, T]; its label, 0 where target_y_mask is False
     target_y_mask: Optional[torch.Tensor] = None  # bool [B, T]; True where labelled
     graph_feat: Optional[torch.Tensor] = None  # float [B, G]; molecule-level input features (`gtscale shard --graph-features`)
+    token_index: Optional[torch.Tensor] = None  # long [T']: b·N + i of the real nodes, row-major; then B·N ("trash") up to T' (packing.py)
+    pair_index: Optional[torch.Tensor] = None  # long [P']: (b·N + i)·N + j of the real node pairs; then B·N² up to P'
+
+    def __post_init__(self):
+        # A Batch built without them (by hand, in tests) gets exact ones; the loader ships them.
+        if self.token_index is None:
+            self.token_index, self.pair_index = packing_indices(self.node_mask)
+
+    def padded(self, num_graphs: int, num_nodes: int) -> "Batch":
+        """This batch padded to `num_graphs` graphs (filler graphs: no node, no label, idx
+        FILLER_IDX) of `num_nodes` node slots, with index lists of full length (B·N, B·N²): a
+        batch of exactly that shape whatever its graphs (loader.pad_to_bucket)."""
+        b, n = self.node_mask.shape
+        if num_graphs < b or num_nodes < n:
+            raise ValueError(f"cannot pad a batch of {b} graphs × {n} nodes to {num_graphs} × {num_nodes}")
+        out = {}
+        for name, dims in _LAYOUT.items():
+            t = getattr(self, name)
+            if t is None:
+                continue
+            widths = [0, 0] * (t.dim() - dims) + [0, num_nodes - n] * (dims - 1) + [0, num_graphs - b]
+            out[name] = torch.nn.functional.pad(t, widths, value=_FILL.get(name, 0))
+        tokens, pairs = packing_indices(out["node_mask"], full=True)
+        return Batch(**out, token_index=tokens, pair_index=pairs)
 
     @property
     def num_graphs(self) -> int:
@@ -62,3 +101,22 @@ class Batch:
             for v in [getattr(self, f.name)]
         }
         return Batch(**pinned)
+
+
+def packing_indices(node_mask: torch.Tensor, full: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(token_index, pair_index) of a [B, N] node mask; with `full`, each list is filled up to
+    its longest possible length (B·N, B·N²) with trash entries, so that every batch of one padded
+    shape has index lists of one length too. Computed where the batch is made (the loader's
+    workers): models never look for real rows."""
+    b, n = node_mask.shape
+    mask = node_mask.cpu()
+    tokens = mask.reshape(-1).nonzero().squeeze(1)
+    pairs = (mask[:, :, None] & mask[:, None, :]).reshape(-1).nonzero().squeeze(1)
+    if full:
+        tokens, pairs = _fill(tokens, b * n), _fill(pairs, b * n * n)
+    return tokens.to(node_mask.device), pairs.to(node_mask.device)
+
+
+def _fill(index: torch.Tensor, length: int) -> torch.Tensor:
+    """`index` followed by trash entries (= length) up to `length` entries."""
+    return torch.cat([index, index.new_full((length - index.numel(),), length)])

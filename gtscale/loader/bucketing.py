@@ -34,15 +34,20 @@ class Batcher(Generic[T]):
     """Groups a stream of (item, num_nodes) into batches; deterministic for a given input order.
 
     Exactly one of `max_graphs` or `node_budget` is > 0. `boundaries` (ascending, exclusive upper
-    bounds) enable bucketing; None puts every graph in one bucket (stream order)."""
+    bounds) enable bucketing; None puts every graph in one bucket (stream order). `pad_to_bucket`:
+    the budget counts every graph at its bucket's largest size (see LoaderConfig.pad_to_bucket)."""
 
-    def __init__(self, *, max_graphs: int = 0, node_budget: int = 0, pair_budget: int = 0, boundaries: Sequence[int] | None = None):
+    def __init__(self, *, max_graphs: int = 0, node_budget: int = 0, pair_budget: int = 0, boundaries: Sequence[int] | None = None,
+                 pad_to_bucket: bool = False):
         if (max_graphs > 0) == (node_budget > 0):
             raise ValueError("give exactly one of max_graphs and node_budget")
         self.max_graphs, self.node_budget, self.pair_budget = max_graphs, node_budget, pair_budget
         self.boundaries = list(boundaries) if boundaries is not None else []
         if any(b <= a for a, b in zip(self.boundaries, self.boundaries[1:])):
             raise ValueError("bucket boundaries must be strictly ascending")
+        # Batches padded to their bucket's largest size cost that size whatever their graphs:
+        # the budget counts it, so that a bucket's batches never exceed one padded shape.
+        self.pad_to_bucket = pad_to_bucket
         self._open: dict[int, tuple[list[T], int]] = {}  # bucket → (items, max nodes)
 
     def _fits(self, count: int, max_nodes: int) -> bool:
@@ -56,6 +61,8 @@ class Batcher(Generic[T]):
         """Add one graph; returns the batches this closes (none, one, or two when a graph that
         overflows the budget on its own closes the open batch and then itself)."""
         bucket = bisect.bisect_right(self.boundaries, num_nodes)
+        if self.pad_to_bucket and bucket < len(self.boundaries):
+            num_nodes = self.boundaries[bucket] - 1
         items, max_nodes = self._open.pop(bucket, ([], 0))
         closed = []
         if items and not self._fits(len(items) + 1, max(max_nodes, num_nodes)):

@@ -33,7 +33,7 @@ import torch
 from gtscale.format import schema
 from gtscale.loader.batch import Batch
 from gtscale.format.decode import Record
-from gtscale.loader.filler import FILLER_IDX
+from gtscale.loader.batch import FILLER_IDX
 from gtscale.loader.path_edges import PathError, edge_id_table, path_edge_ids, path_edge_ids_fw, path_edges
 from gtscale.format.shardfile import ShardError
 

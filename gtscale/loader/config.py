@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Literal
@@ -24,6 +25,7 @@ class LoaderConfig:
     bucketing: bool = True  # batch graphs of similar size together (bucketing.py); False = stream order
     bucket_ratio: float = 1.05  # geometric buckets [lo, hi) with hi − 1 ≤ lo × ratio: padding ≤ 1 − 1/ratio² per batch
     bucket_boundaries: list[int] = field(default_factory=list)  # explicit exclusive upper bounds, ascending; replaces bucket_ratio
+    pad_to_bucket: bool = False  # one shape per bucket: pad nodes to the bucket's largest size and graphs to the batcher's capacity (compiled models, CUDA graphs)
     shuffle_buffer: int = 2000  # training: samples in WebDataset's shuffle buffer; 0 = shard-order only
     shuffle_initial: int = 500  # training: samples buffered before the first leaves (WebDataset's `initial`)
     seed: int = 0  # shard order, sample shuffle and sign flips derive from (seed, epoch, rank, worker)
@@ -49,6 +51,8 @@ class LoaderConfig:
             raise ValueError("bucket_ratio must be > 1")
         if any(b <= a for a, b in zip(self.bucket_boundaries, self.bucket_boundaries[1:])) or any(b < 1 for b in self.bucket_boundaries):
             raise ValueError("bucket_boundaries must be positive and strictly ascending")
+        if self.pad_to_bucket and not self.bucketing:
+            raise ValueError("pad_to_bucket needs bucketing (a bucket is the shape batches are padded to)")
         if self.prefetch_factor < 1:
             raise ValueError("prefetch_factor must be >= 1")
         unknown = [k for k in self.keys if k not in BATCH_KEYS]
@@ -63,7 +67,21 @@ class LoaderConfig:
             boundaries = self.bucket_boundaries or geometric_boundaries(self.bucket_ratio)
         if self.batching == "graphs":
             return Batcher(max_graphs=self.batch_size, boundaries=boundaries)
-        return Batcher(node_budget=self.node_budget, pair_budget=self.pair_budget, boundaries=boundaries)
+        return Batcher(node_budget=self.node_budget, pair_budget=self.pair_budget, boundaries=boundaries, pad_to_bucket=self.pad_to_bucket)
+
+    def static_shape(self, max_nodes: int) -> tuple[int, int]:
+        """(graphs, nodes) every batch whose largest graph has `max_nodes` nodes is padded to
+        under pad_to_bucket: its bucket's largest size, and as many graphs as the batcher lets
+        a batch of that size hold (a graph larger than the budget on its own: a batch of one)."""
+        boundaries = self.bucket_boundaries or geometric_boundaries(self.bucket_ratio)
+        bucket = bisect.bisect_right(boundaries, max_nodes)
+        nodes = boundaries[bucket] - 1 if bucket < len(boundaries) else max_nodes
+        if self.batching == "graphs":
+            return self.batch_size, nodes
+        graphs = self.node_budget // nodes
+        if self.pair_budget:
+            graphs = min(graphs, self.pair_budget // (nodes * nodes))
+        return max(graphs, 1), nodes
 
     @property
     def workers_per_rank(self) -> int:

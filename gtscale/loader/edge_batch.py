@@ -59,10 +59,14 @@ class EdgeBatch:
     y: Optional[torch.Tensor] = None
     y_mask: Optional[torch.Tensor] = None
     idx: Optional[torch.Tensor] = None
+    max_graph_nodes: Optional[int] = None  # nodes of the largest graph (padded layouts of per-graph attention); set where the batch is made
 
     def __post_init__(self):
         if self.node_feat is None and self.x_float is None:
             raise ValueError("an EdgeBatch needs node_feat or x_float")
+        if self.max_graph_nodes is None:  # counted where the batch is made, so that models need not ask the device
+            counts = torch.bincount(self.graph_index.cpu(), minlength=self.num_graphs)
+            self.max_graph_nodes = int(counts.max()) if counts.numel() else 0
 
     @property
     def num_nodes(self) -> int:

@@ -10,8 +10,7 @@ from gtscale.format import schema
 from gtscale.format.decode import Record
 from gtscale.format.manifest import manifest_entry
 
-#: Batch.idx of filler graphs; no dataset has a negative idx.
-FILLER_IDX = -1
+from gtscale.loader.batch import FILLER_IDX
 
 
 def filler_record(manifest: dict, keys: tuple[str, ...]) -> Record:

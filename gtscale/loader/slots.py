@@ -163,7 +163,8 @@ class ShardStream(IterableDataset):
             rng = np.random.default_rng(derive_seed(self.config.seed, self.epoch, SeedPurpose.SIGN_FLIP, self.rank, worker, ordinal))
         while True:
             try:
-                return collate(records, self.config.keys, self.config.path_edges_max_dist, rng)
+                batch = collate(records, self.config.keys, self.config.path_edges_max_dist, rng)
+                return batch.padded(*self.config.static_shape(batch.max_nodes)) if self.config.pad_to_bucket else batch
             except ShardError as err:
                 self._skip(err, 1, skipped)
                 records = [r for r in records if (r.shard, r.key) != (err.shard, err.key)]

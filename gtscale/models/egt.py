@@ -262,7 +262,7 @@ class EGT(nn.Module):
             near = F.pad(batch.spd <= 1, (v, 0, v, 0), value=True)
             allowed = allowed & near[None]
         logit_mask = torch.zeros(allowed.shape, dtype=dtype, device=real.device).masked_fill_(~allowed, MASK_VALUE)
-        return AttentionContext(Packing(real), logit_mask, allowed.to(dtype), v)
+        return AttentionContext(Packing.for_batch(batch, v), logit_mask, allowed.to(dtype), v)
 
     def forward(self, batch: Batch) -> Outputs:
         h, e = self._inputs(batch)

@@ -186,7 +186,7 @@ class Graphormer(nn.Module):
             if getattr(batch, name) is None:
                 raise ValueError(f"Graphormer needs batch.{name}")
         x = self._nodes(batch)
-        packing = Packing(F.pad(batch.node_mask, (1, 0), value=True), pairs=False)
+        packing = Packing.for_batch(batch, num_virtual=1, pairs=False)  # the [VNode] first
         bias = self.attention_bias(batch, compute_dtype(x))
         x = packing.pack_tokens(x)
         if self.embedding_ln is not None:

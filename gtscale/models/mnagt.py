@@ -14,9 +14,11 @@ and a readout by mean, sum or a virtual node. Ablations of the aggregation (mean
 projection) are the `aggregation` switch. The paper's equation numbers are not reproduced here:
 the paper was not at hand when this was written, so the names above stand in for them.
 
-Sparse propagation: Âᵏ X is k products with Â held as a sparse CSR matrix built from the edge list
-(torch.sparse.mm; E stored entries, never an N×N tensor), so the model takes an EdgeBatch of ego subgraphs of a huge graph as well as the dense
-Batch of molecules (whose adjacency becomes an edge list inside). Attention itself is full within
+Sparse propagation: Âᵏ X is k products with Â held as edge weights on the edge list (sparse_ops.
+edge_sum: E entries, never an N×N tensor, and no [E, d] gather kept for backward), so the model
+takes an EdgeBatch of ego subgraphs of a huge graph as well as the dense Batch of molecules (whose
+adjacency becomes an edge list inside; that conversion has data-dependent sizes, so a compiled
+MNA-GT takes EdgeBatches, as the loader makes them). Attention itself is full within
 each graph, as in the paper: it runs padded per graph, [B, heads, M, M], by torch's SDPA.
 
 Interpretations, with reasons (no code to compare against):
@@ -28,7 +30,6 @@ Interpretations, with reasons (no code to compare against):
 from __future__ import annotations
 
 import math
-import warnings
 
 import torch
 import torch.nn.functional as F
@@ -40,37 +41,34 @@ from gtscale.models.config import MNAGTConfig
 from gtscale.models.embeddings import FeatureEmbedding, embed_edge_batch
 from gtscale.models.layers import dropout, run_layer
 from gtscale.models.outputs import Outputs
+from gtscale.models.sparse_ops import count_per_index, edge_sum
 
 
 class Propagation:
     """Â (with self-loops, normalised) as edge weights, and its padded attention layout: rows r
     of the packed states sit at (graph[r], slot[r]) of a [B, M] grid with mask `real`."""
 
-    def __init__(self, src, dst, num_rows: int, num_nodes: int, normalization: str, graph, slot, num_graphs: int):
+    def __init__(self, src, dst, num_rows: int, num_nodes: int, normalization: str, graph, slot, num_graphs: int, size: int):
+        """size: slots per graph in the padded layout (the largest graph, plus its virtual node)."""
         loop = torch.arange(num_nodes, device=src.device)
         self.src, self.dst = torch.cat([src, loop]), torch.cat([dst, loop])
-        deg = torch.bincount(self.dst, minlength=num_nodes).float()
+        deg = count_per_index(self.dst, num_nodes)  # duplicate edges count (and sum) twice
         if normalization == "sym":
             inv_sqrt = deg.rsqrt()
             self.weight = inv_sqrt[self.src] * inv_sqrt[self.dst]
         else:
             self.weight = 1.0 / deg[self.dst]
         self.num_rows, self.num_nodes = num_rows, num_nodes
-        # Â as a sparse CSR matrix (row = target): E stored entries, never N×N; duplicate edges sum
-        coo = torch.sparse_coo_tensor(torch.stack([self.dst, self.src]), self.weight, (num_nodes, num_nodes), check_invariants=True)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-            self.matrix = coo.coalesce().to_sparse_csr()
         self.graph, self.slot, self.num_graphs = graph, slot, num_graphs
-        size = int(slot.max()) + 1 if slot.numel() else 1
-        self.real = torch.zeros(num_graphs, size, dtype=torch.bool, device=src.device)
+        self.real = torch.zeros(num_graphs, max(size, 1), dtype=torch.bool, device=src.device)
         self.real[graph, slot] = True
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """Â x on the first num_nodes rows; rows past them (virtual nodes) unchanged. The sparse
-        product runs in fp32 whatever x's dtype (CSR kernels for bf16 are not on every device)."""
+        """Â x on the first num_nodes rows; rows past them (virtual nodes) unchanged. The product
+        runs in fp32 whatever x's dtype (sums over many edges)."""
         with torch.autocast(x.device.type, enabled=False):  # autocast would cast the product to bf16
-            out = torch.sparse.mm(self.matrix, x[: self.num_nodes].float()).to(x.dtype)
+            out = edge_sum(self.weight[:, None], x[: self.num_nodes, None].float(), self.src, self.dst, self.num_nodes)
+            out = out[:, 0].to(x.dtype)
         return torch.cat([out, x[self.num_nodes:]]) if self.num_rows > self.num_nodes else out
 
     def pad(self, x: torch.Tensor) -> torch.Tensor:
@@ -162,7 +160,7 @@ class MNAGT(nn.Module):
     def _propagation(self, batch: EdgeBatch) -> Propagation:
         n, b = batch.num_nodes, batch.num_graphs
         graph = batch.graph_index
-        counts = torch.bincount(graph, minlength=b)
+        counts = count_per_index(graph, b, torch.long)
         start = torch.cumsum(counts, 0) - counts
         shift = 1 if self.virtual is not None else 0
         slot = torch.arange(n, device=graph.device) - start[graph] + shift
@@ -170,7 +168,7 @@ class MNAGT(nn.Module):
             graph = torch.cat([graph, torch.arange(b, device=graph.device)])
             slot = torch.cat([slot, torch.zeros(b, dtype=slot.dtype, device=slot.device)])
         src, dst = batch.edge_index
-        return Propagation(src, dst, n + shift * b, n, self.cfg.normalization, graph, slot, b)
+        return Propagation(src, dst, n + shift * b, n, self.cfg.normalization, graph, slot, b, batch.max_graph_nodes + shift)
 
     def forward(self, batch: EdgeBatch | Batch) -> Outputs:
         dense_mask = None
@@ -190,7 +188,7 @@ class MNAGT(nn.Module):
         else:
             graph = node.new_zeros(b, node.shape[-1]).index_add_(0, batch.graph_index, node)
             if self.cfg.readout == "mean":
-                graph = graph / torch.bincount(batch.graph_index, minlength=b).clamp(min=1)[:, None].to(graph.dtype)
+                graph = graph / count_per_index(batch.graph_index, b, graph.dtype).clamp(min=1)[:, None]
         if dense_mask is not None:
             node = batch.to_dense_nodes(node, dense_mask)
         return Outputs(node=node, edge=None, graph=graph)

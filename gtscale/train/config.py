@@ -159,6 +159,16 @@ class LoggingConfig:
 
 
 @dataclass
+class CompileConfig:
+    """torch.compile of the task model (backbone + head), fullgraph: a graph break is an error.
+    Off by default until it wins everywhere (docs/speed.md has the measurements)."""
+
+    enabled: bool = False
+    mode: Literal["default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune"] = "default"  # reduce-overhead: CUDA graphs (needs data.loader.pad_to_bucket)
+    cache_dir: str = "~/.cache/gtscale/inductor"  # inductor's cache, reused by resumed and later runs; must be private to you (see compile_cache.py)
+
+
+@dataclass
 class TrainConfig:
     data: DataConfig
     model: Any  # a configs/models name (egt-small), a YAML path, or an inline mapping
@@ -173,6 +183,7 @@ class TrainConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    compile: CompileConfig = field(default_factory=CompileConfig)
     max_nonfinite: int = 5  # this many non-finite losses in a row stop the run
     max_steps: Optional[int] = None  # stop early at this step (a run cut short on purpose; tests, benchmarks)
     init_from: Optional[str] = None  # fine-tuning: a `gtscale export`ed model.pt whose backbone weights start this run
@@ -215,6 +226,8 @@ RANGES: dict[str, tuple[Callable[[Any, "TrainConfig"], bool], str]] = {
     "eval.every": (lambda v, _: v == "epoch" or v >= 0, ">= 0 (0 = only at the end), or epoch"),
     "eval.patience": (lambda v, _: v >= 0, ">= 0 (0 = never stop early)"),
     "logging.every": (lambda v, _: v >= 1, ">= 1"),
+    # CUDA graphs are recorded per input shape: without one shape per bucket they would pile up
+    "compile.mode": (lambda v, c: v != "reduce-overhead" or c.data.loader.pad_to_bucket, "not reduce-overhead (CUDA graphs) without data.loader.pad_to_bucket: true"),
     "data.graph.fraction": (lambda v, _: math.isfinite(v) and 0 < v <= 1, "in (0, 1]"),
     "data.graph.train_ratio": (lambda v, _: math.isfinite(v) and 0 < v < 1, "strictly between 0 and 1"),
     "data.graph.mask_column": (lambda v, _: v >= 0, ">= 0"),

@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 from gtscale.loader.batch import Batch
-from gtscale.loader.filler import FILLER_IDX
+from gtscale.loader.batch import FILLER_IDX
 from gtscale.train.stop_signals import LOADER_FAILURES
 
 

@@ -69,6 +69,7 @@ from gtscale.train.distributed_eval import EvaluationStopped, lockstep
 from gtscale.errors import UserError
 from gtscale.io import atomic_write_text
 from gtscale.train import checkpoint, run_lock
+from gtscale.train.compiled import compile_options, use_cache_dir
 from gtscale.train.config import TrainConfig
 from gtscale.train.data_source import split_loader, task_manifest
 from gtscale.train.engine_config import check_with_deepspeed, deepspeed_config, lr_scheduler, param_groups
@@ -131,6 +132,9 @@ class Trainer:
         self.engine, _, _, self.scheduler = deepspeed.initialize(
             model=model, model_parameters=groups, lr_scheduler=lr_scheduler(cfg, groups), config=ds_config,
         )
+        if cfg.compile.enabled:
+            use_cache_dir(cfg.compile.cache_dir)
+            self.engine.compile(backend="inductor", compile_kwargs=compile_options(cfg.compile.mode, loader_cfg.pad_to_bucket))
         self.device = self.engine.device
         self.float_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.deepspeed.precision, torch.float32)
 

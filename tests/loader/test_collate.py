@@ -126,7 +126,8 @@ def test_graph_features_are_stacked_one_row_per_graph(nci_by_idx):
 
 def test_a_filler_batch_carries_graph_features_of_the_shards_width():
     """A rank out of evaluation data feeds a filler batch shaped like the real ones (lockstep)."""
-    from gtscale.loader.filler import FILLER_IDX, filler_record
+    from gtscale.loader.batch import FILLER_IDX
+    from gtscale.loader.filler import filler_record
 
     manifest = {"transform": {"svd_rank": 2, "lap_k": 0}, "task": {"num_targets": 1}, "features": {"graph": {"dim": 7}}}
     batch = collate([filler_record(manifest, (schema.GRAPH_FEAT, schema.Y))], [schema.GRAPH_FEAT, schema.Y])

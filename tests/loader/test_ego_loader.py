@@ -16,7 +16,7 @@ from gtscale.graphs.splits import ratio_split
 from gtscale.graphs.store import GraphStore
 from gtscale.loader.collate import collate
 from gtscale.loader.config import LoaderConfig
-from gtscale.loader.filler import FILLER_IDX
+from gtscale.loader.batch import FILLER_IDX
 from gtscale.loader.stream import build_loader
 from gtscale.train.distributed_eval import target_predictions
 

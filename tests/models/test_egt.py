@@ -124,12 +124,12 @@ def test_centrality_scalers(graphs):
         layer.scale_degree = False
         plain, _ = layer.attention(h, e, ctx)
     v = TINY_EGT["num_virtual_nodes"]
-    tokens = [v + g["x"].shape[0] for g in graphs]
-    expected = torch.cat([
-        torch.cat([torch.ones(v), torch.full((t - v,), float(np.log1p(t / (1 + np.exp(-c)))))])
-        for t in tokens
-    ])
-    torch.testing.assert_close(scaled, plain * expected[:, None], atol=1e-5, rtol=1e-5)
+    expected = torch.ones(len(graphs), ctx.packing.size)  # [B, M], virtual nodes first
+    for k, g in enumerate(graphs):
+        n = g["x"].shape[0]
+        expected[k, v:v + n] = float(np.log1p((v + n) / (1 + np.exp(-c))))
+    unpack = ctx.packing.unpack_tokens
+    torch.testing.assert_close(unpack(scaled), unpack(plain) * expected[..., None], atol=1e-5, rtol=1e-5)
 
 
 def test_virtual_edge_rule():

@@ -3,7 +3,6 @@
 import torch
 
 from gtscale.models.embeddings import FeatureEmbedding
-from gtscale.models.packing import Packing
 
 
 def test_offsets_give_each_column_its_own_rows():
@@ -19,22 +18,6 @@ def test_offsets_give_each_column_its_own_rows():
 def test_authors_table_layout():
     # 128 rows per column reproduces the EGT authors' 9·128 + 1 row atom table
     assert FeatureEmbedding([128] * 9, 4).table.num_embeddings == 9 * 128 + 1
-
-
-def test_packing_round_trips():
-    torch.manual_seed(0)
-    mask = torch.tensor([[True, True, False], [True, False, False], [True, True, True]])
-    pack = Packing(mask)
-    assert pack.num_tokens == 6 and pack.pairs.numel() == 4 + 1 + 9
-    x = torch.randn(3, 3, 2)
-    dense = pack.unpack_tokens(pack.pack_tokens(x))
-    torch.testing.assert_close(dense[mask], x[mask])
-    assert dense[~mask].abs().sum() == 0
-    pairs = torch.randn(pack.pairs.numel(), 4)
-    channels = pack.pairs_to_channels(pairs.t())  # [4, B, M, M]
-    torch.testing.assert_close(channels.permute(1, 2, 3, 0), pack.unpack_pairs(pairs))
-    torch.testing.assert_close(pack.channels_to_pairs(channels), pairs.t())
-    torch.testing.assert_close(pack.pack_pairs(pack.unpack_pairs(pairs)), pairs)
 
 
 def test_graphormer_takes_continuous_features_by_the_same_switch(ego_shards):

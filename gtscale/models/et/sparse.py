@@ -42,7 +42,7 @@ from gtscale.models.embeddings import FeatureEmbedding, embed_edge_batch
 from gtscale.models.et.energy import ETBlock
 from gtscale.models.layers import run_layer
 from gtscale.models.outputs import Outputs
-from gtscale.models.sparse_ops import edge_dot, edge_sum, segment_softmax
+from gtscale.models.sparse_ops import count_per_index, edge_dot, edge_sum, segment_softmax
 
 
 class EdgeGraph:
@@ -109,9 +109,9 @@ class SparseET(nn.Module):
         for _ in range(self.cfg.num_steps):
             x = run_layer(self.block, use_ckpt, x, graph)
         node = torch.cat([first, self.block.norm(x)], dim=-1)
-        counts = torch.bincount(batch.graph_index, minlength=batch.num_graphs).clamp(min=1)
+        counts = count_per_index(batch.graph_index, batch.num_graphs, node.dtype).clamp(min=1)
         pooled = node.new_zeros(batch.num_graphs, node.shape[-1]).index_add_(0, batch.graph_index, node)
-        pooled = pooled / counts[:, None].to(node.dtype)
+        pooled = pooled / counts[:, None]
         if dense_mask is not None:
             node = batch.to_dense_nodes(node, dense_mask)
         return Outputs(node=node, edge=None, graph=pooled)

@@ -1,0 +1,83 @@
+"""torch.compile of the task model, and the one cache directory gtscale lets it use.
+
+The model is compiled whole (fullgraph: a graph break is an error, never a silent eager
+fallback). Models read only tensors, with every size fixed by the batch's shapes (packing
+indices come with the batch: models/packing.py), so a run compiles once per distinct shape
+family: with data.loader.pad_to_bucket, at most once per size bucket (dynamic=False, one
+specialised graph per bucket, which CUDA graphs need); without it, dynamo's automatic dynamic
+shapes make a second compile general enough for every later batch.
+
+Trust. Inductor's cache holds generated C++/Triton code and pickled graphs that run when they are
+loaded, so a cache is code. gtscale points inductor (and Triton) at `compile.cache_dir` only when
+that directory, and every directory above it, could only have been written by you or root: owned
+by you (or root for the ancestors) and not writable by group or others (a sticky, world-writable
+ancestor such as /tmp is fine, as its entries cannot be replaced by others). Torch's default,
+/tmp/torchinductor_<user>, is a name anyone on the machine can create first; a run directory or a
+shard folder is something people copy and hand each other. A directory that fails the check is
+refused in one line, before anything is loaded from it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import torch
+
+from gtscale.errors import UserError
+
+#: Environment variables through which inductor and Triton find their caches.
+_CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+
+
+def private_cache_dir(path: str | Path) -> Path:
+    """`path` (created with mode 0700 when missing), after checking that only you or root could
+    have put anything in it; a UserError naming the offending directory otherwise."""
+    cache = Path(path).expanduser().absolute()
+    try:
+        cache.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"compile.cache_dir {cache}: cannot be created ({err.strerror})") from None
+    uid = os.getuid()
+    for directory in (cache, *cache.parents):
+        info = directory.lstat()
+        if stat.S_ISLNK(info.st_mode):
+            raise UserError(f"compile.cache_dir {cache}: {directory} is a symbolic link; give the cache a real, private directory")
+        owner_ok = info.st_uid == uid or (directory != cache and info.st_uid == 0)
+        writable_by_others = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        shared_but_sticky = directory != cache and info.st_mode & stat.S_ISVTX
+        if not owner_ok or (writable_by_others and not shared_but_sticky):
+            raise UserError(
+                f"compile.cache_dir {cache}: {directory} is {'owned by uid ' + str(info.st_uid) if not owner_ok else 'writable by others'}; "
+                "compiled code is loaded from it, so it must be private to you (chmod go-w, or choose another compile.cache_dir)"
+            )
+    return cache
+
+
+def use_cache_dir(path: str | Path) -> Path:
+    """Send inductor's and Triton's caches to the checked private directory `path`."""
+    cache = private_cache_dir(path)
+    os.environ[_CACHE_ENV[0]] = str(cache)
+    os.environ[_CACHE_ENV[1]] = str(cache / "triton")
+    return cache
+
+
+def compile_options(mode: str, static_shapes: bool) -> dict:
+    """torch.compile keyword arguments for a model step (see the module docstring)."""
+    return {"fullgraph": True, "mode": mode, "dynamic": False if static_shapes else None}
+
+
+def compile_count() -> int:
+    """Graphs dynamo has compiled in this process (its frame counter); tests and logs read it."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+def reset_compile_state() -> None:
+    """Forget compiled graphs and counters (between independent compilations in one process)."""
+    torch._dynamo.reset()
+    from torch._dynamo.utils import counters
+
+    counters.clear()
