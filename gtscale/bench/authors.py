@@ -49,7 +49,7 @@ from gtscale.errors import UserError
 from gtscale.format.schema import SPD_UNREACHABLE
 from gtscale.interop import egt as egt_interop
 from gtscale.interop import graphormer as graphormer_interop
-from gtscale.interop.export import build_exported
+from gtscale.models.export import build_exported
 from gtscale.interop.mapping import invert
 from gtscale.io import atomic_write_text
 from gtscale.loader.batch import Batch

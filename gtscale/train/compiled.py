@@ -27,6 +27,9 @@ import torch
 
 from gtscale.errors import UserError
 
+#: Compiled graphs allowed per function: bucket shapes × 2 (training and evaluation mode).
+RECOMPILE_LIMIT = 512
+
 #: Environment variables through which inductor and Triton find their caches.
 _CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 
@@ -63,6 +66,20 @@ def use_cache_dir(path: str | Path) -> Path:
     return cache
 
 
+def compile_model(model: torch.nn.Module, cfg, static_shapes: bool) -> None:
+    """Compile `model`'s forward in place (cfg: the training config's `compile` section).
+
+    The forward, not the module call: DeepSpeed hooks the module's call (timers, ZeRO's prologue),
+    which has no place in a model graph and would break it; ZeRO-3's per-submodule parameter hooks
+    would too, so the config refuses compile with stage 3."""
+    use_cache_dir(cfg.cache_dir)
+    # One graph per bucket shape (and per train / eval mode) is the design, not a runaway: dynamo's
+    # default limit of 8 recompiles per function would fail a fullgraph run with more buckets.
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+    torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit, RECOMPILE_LIMIT)
+    model.forward = torch.compile(model.forward, **compile_options(cfg.mode, static_shapes))
+
+
 def compile_options(mode: str, static_shapes: bool) -> dict:
     """torch.compile keyword arguments for a model step (see the module docstring)."""
     return {"fullgraph": True, "mode": mode, "dynamic": False if static_shapes else None}
@@ -73,6 +90,15 @@ def compile_count() -> int:
     from torch._dynamo.utils import counters
 
     return int(counters["stats"]["unique_graphs"])
+
+
+def compile_stats() -> dict[str, int]:
+    """Compiled graphs, and inductor's cache hits and misses in this process (a resumed or later
+    run on the same cache_dir compiles from the cache: hits, no misses)."""
+    from torch._dynamo.utils import counters
+
+    return {"compiled_graphs": compile_count(), "compile_cache_hits": int(counters["inductor"]["fxgraph_cache_hit"]),
+            "compile_cache_misses": int(counters["inductor"]["fxgraph_cache_miss"])}
 
 
 def reset_compile_state() -> None:

@@ -227,6 +227,7 @@ RANGES: dict[str, tuple[Callable[[Any, "TrainConfig"], bool], str]] = {
     "eval.patience": (lambda v, _: v >= 0, ">= 0 (0 = never stop early)"),
     "logging.every": (lambda v, _: v >= 1, ">= 1"),
     # CUDA graphs are recorded per input shape: without one shape per bucket they would pile up
+    "compile.enabled": (lambda v, c: not v or c.deepspeed.zero_stage < 3, "false with deepspeed.zero_stage 3 (its per-module parameter hooks break the one compiled graph)"),
     "compile.mode": (lambda v, c: v != "reduce-overhead" or c.data.loader.pad_to_bucket, "not reduce-overhead (CUDA graphs) without data.loader.pad_to_bucket: true"),
     "data.graph.fraction": (lambda v, _: math.isfinite(v) and 0 < v <= 1, "in (0, 1]"),
     "data.graph.train_ratio": (lambda v, _: math.isfinite(v) and 0 < v < 1, "strictly between 0 and 1"),

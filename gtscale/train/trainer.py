@@ -69,7 +69,7 @@ from gtscale.train.distributed_eval import EvaluationStopped, lockstep
 from gtscale.errors import UserError
 from gtscale.io import atomic_write_text
 from gtscale.train import checkpoint, run_lock
-from gtscale.train.compiled import compile_options, use_cache_dir
+from gtscale.train.compiled import compile_model, compile_stats
 from gtscale.train.config import TrainConfig
 from gtscale.train.data_source import split_loader, task_manifest
 from gtscale.train.engine_config import check_with_deepspeed, deepspeed_config, lr_scheduler, param_groups
@@ -127,14 +127,13 @@ class Trainer:
         # Head first, then the backbone by depth, each group with its own LR (finetune.*); a frozen
         # backbone is a zero LR for its groups, since ZeRO partitions ignore later requires_grad flips.
         groups = param_groups(model, cfg)
+        if cfg.compile.enabled:
+            compile_model(model, cfg.compile, loader_cfg.pad_to_bucket)
         ds_config = deepspeed_config(cfg, self.world_size, micro)
         check_with_deepspeed(ds_config)  # deepspeed.extra's values: one line, not an AssertionError inside initialize
         self.engine, _, _, self.scheduler = deepspeed.initialize(
             model=model, model_parameters=groups, lr_scheduler=lr_scheduler(cfg, groups), config=ds_config,
         )
-        if cfg.compile.enabled:
-            use_cache_dir(cfg.compile.cache_dir)
-            self.engine.compile(backend="inductor", compile_kwargs=compile_options(cfg.compile.mode, loader_cfg.pad_to_bucket))
         self.device = self.engine.device
         self.float_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.deepspeed.precision, torch.float32)
 
@@ -149,6 +148,7 @@ class Trainer:
         self._ahead: list[Batch] = []  # the next step's micro-batches, fetched during this step …
         self._ahead_position: dict | None = None  # … and the loader position before them
         self._nonfinite_run = 0
+        self._shapes: set[tuple[int, ...]] = set()
         self._resume(resume)
         if self.rank == 0:
             self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -280,6 +280,8 @@ class Trainer:
         step_loss = torch.zeros((), device=self.device)
         nonfinite = torch.zeros((), device=self.device)
         for i, cpu_batch in enumerate(micro):
+            if self.cfg.compile.enabled:  # what a compiled model is specialised on (batch_shapes in metrics)
+                self._shapes.add(tuple((cpu_batch.node_mask if isinstance(cpu_batch, Batch) else cpu_batch.graph_index).shape))
             batch = self._to_device(cpu_batch)
             scores, aux_loss = self.engine(batch)
             loss = self.task.loss(batch, scores) * (labelled[i] * inverse[0])
@@ -439,6 +441,8 @@ class Trainer:
             self.log.message(f"step {self.step}: {window.skipped} step(s) with a non-finite loss skipped since the last line")
         loss, lr = float(result.loss), self.scheduler.get_last_lr()[0]  # the loss leaves the device here
         values = {"loss": loss, "lr": lr, "epoch": self.train_loader.epoch, "nonfinite_skipped": window.skipped} | window.rates(self.world_size)
+        if self.cfg.compile.enabled:
+            values |= compile_stats() | {"batch_shapes": len(self._shapes)}
         self.log.metrics(self.step, "train", values)
         self.log.progress(0, loss=loss, lr=lr, **progress_rate(values, self.task.speed_in_nodes))
 
