@@ -506,8 +506,13 @@ def join_process_group() -> bool:
     import deepspeed
     from deepspeed.constants import default_pg_timeout
 
-    if cuda and all(key in os.environ for key in RENDEZVOUS_ENV):
-        dist.init_process_group("nccl", timeout=default_pg_timeout, device_id=torch.device("cuda", local_rank))
+    device = {"device_id": torch.device("cuda", local_rank)} if cuda else {}
+    if os.environ.get("WORLD_SIZE") == "1":
+        # One process needs no rendezvous: an in-memory store, so no port is bound (a free port
+        # picked, released and bound later can be taken by another process in between).
+        dist.init_process_group("nccl" if cuda else "gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=default_pg_timeout, **device)
+    elif cuda and all(key in os.environ for key in RENDEZVOUS_ENV):
+        dist.init_process_group("nccl", timeout=default_pg_timeout, **device)
     if not cuda:
         _skip_shared_memory_allreduce_build()
     deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo", timeout=default_pg_timeout)

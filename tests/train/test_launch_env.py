@@ -79,3 +79,21 @@ def test_gtscale_train_without_a_launcher_trains_and_exits_0(tpsa_shards, tmp_pa
     assert "Traceback" not in result.stderr and "mpi4py" not in result.stderr
     rows = metrics(tmp_path / "run")
     assert sorted(rows) == [1, 2] and all(r["loss"] > 0 for r in rows.values())
+
+
+def test_a_single_process_group_binds_no_port():
+    """World size 1 rendezvous in memory: a MASTER_PORT taken by another process does not matter
+    (a port picked, released and bound later can be taken in between: EADDRINUSE)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        env = {**os.environ, "WORLD_SIZE": "1", "RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(taken.getsockname()[1])}
+        code = "import torch.distributed as d; from gtscale.train.trainer import join_process_group; join_process_group(); print('world', d.get_world_size())"
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0 and "world 1" in out.stdout, out.stderr[-2000:]
