@@ -160,7 +160,7 @@ def generated_graph(nodes: int, edges: int, graph_nodes: int | None, typed, seed
     x_float = torch.randn(nodes, in_features, generator=gen) if in_features else None
     labels = (torch.rand(nodes, generator=gen) < 0.05).float()
     return EdgeBatch(edge_index=torch.stack([src, dst]), graph_index=graph_index, num_graphs=num_graphs,
-                     node_feat=node_feat, x_float=x_float, node_y=labels, node_y_mask=torch.ones(nodes, dtype=torch.bool))
+                     node_feat=node_feat, node_feat_float=x_float, node_y=labels, node_y_mask=torch.ones(nodes, dtype=torch.bool))
 
 
 # --- one measurement (in its own process) ------------------------------------------------------

@@ -147,8 +147,8 @@ class InducedStream(ShardStream):
         labels = np.asarray(store.labels[nodes[target]], np.int64)
         return EdgeBatch(
             edge_index=torch.from_numpy(edge_index), graph_index=torch.zeros(len(nodes), dtype=torch.long), num_graphs=1,
-            x_float=torch.from_numpy(np.asarray(store.features[nodes], np.float32)),
-            target=torch.from_numpy(target.astype(np.int64)), target_id=torch.from_numpy(nodes[target]),
+            node_feat_float=torch.from_numpy(np.asarray(store.features[nodes], np.float32)),
+            target_node=torch.from_numpy(target.astype(np.int64)), target_id=torch.from_numpy(nodes[target]),
             target_y=torch.from_numpy((labels == 1).astype(np.float32)), target_y_mask=torch.from_numpy(labels >= 0),
             idx=torch.tensor([idx]),
         )
@@ -165,7 +165,7 @@ class InducedLoader(StoreLoader):
         width = int(self._manifest["features"]["node_float"])
         empty = torch.zeros(0, dtype=torch.long)
         return EdgeBatch(edge_index=torch.zeros(2, 0, dtype=torch.long), graph_index=torch.zeros(1, dtype=torch.long), num_graphs=1,
-                         x_float=torch.zeros(1, width), target=empty, target_id=empty, target_y=torch.zeros(0),
+                         node_feat_float=torch.zeros(1, width), target_node=empty, target_id=empty, target_y=torch.zeros(0),
                          target_y_mask=torch.zeros(0, dtype=torch.bool), idx=torch.tensor([FILLER_IDX]))
 
 

@@ -4,21 +4,24 @@ The dense `Batch` pads every graph to N nodes and keeps [B, N, N] pair tensors; 
 of a huge graph (10⁵ nodes, 10⁶ edges) cannot afford that. An EdgeBatch concatenates the nodes of
 its graphs and renumbers their edges into one global list:
 
-    node_feat    long  [N_tot, F]   categorical node features, shifted by schema.FEATURE_SHIFT (or None)
-    x_float      float [N_tot, Fx]  continuous node features (or None); at least one of the two
-    edge_index   long  [2, E]       row 0 = source, row 1 = target, global node ids; the target reads the source
-    edge_attr    long  [E, Fe]      categorical edge features, shifted (or None)
+    node_feat       long  [N_tot, F]   categorical node features, shifted by schema.FEATURE_SHIFT (or None)
+    node_feat_float float [N_tot, Fx]  continuous node features (or None); at least one of the two
+    edge_index      long  [2, E]       row 0 = source, row 1 = target, global node ids; the target reads the source
+    edge_feat       long  [E, Fe]      categorical edge features, shifted (or None)
     graph_index  long  [N_tot]      which graph each node belongs to (0..B-1, non-decreasing)
     lap_pe       float [N_tot, k]   Laplacian eigenvectors (or None)
     node_y, node_y_mask  [N_tot]    per-node targets and whether each is labelled (or None)
-    target       long  [K]          nodes whose outputs are scored (a sampled subgraph's seed nodes), or None = all
+    target_node  long  [K]          nodes whose outputs are scored (a sampled subgraph's seed nodes), or None = all
     target_id    long  [K]          node tasks on a huge graph: each target's global node id (FILLER_IDX on a filler batch)
     target_y, target_y_mask [K]     … its label (0/1 as float) and whether it is known
     y, y_mask    [B, T]             graph targets (or None)
 
+The field names are Batch's (node_feat_float, edge_feat, target_node, …): a field present in both
+means the same thing in both, laid out per node / edge instead of per padded graph.
+
 Producers: `collate_edges(records, keys)` from decoded shard records (each record one graph; a
-record may carry a float array "x_float" next to the categorical "x", and a long array "target"
-of node ids within its graph), and `EdgeBatch.from_dense(batch)` from a dense Batch (its
+record may carry a float array "x_float" next to the categorical "x", and "target_nodes", the
+node ids within its graph that are scored), and `EdgeBatch.from_dense(batch)` from a dense Batch (its
 edge_feat ≠ 0 entries become the edges). A huge-graph sampler produces records of this shape and
 needs nothing else from this module.
 """
@@ -36,10 +39,6 @@ from gtscale.format.decode import Record
 from gtscale.format.shardfile import ShardError
 from gtscale.loader.batch import Batch
 
-#: Record key of continuous node features and of the scored node ids (optional in a record).
-X_FLOAT = "x_float"
-TARGET = "target"
-
 
 @dataclass
 class EdgeBatch:
@@ -47,12 +46,12 @@ class EdgeBatch:
     graph_index: torch.Tensor
     num_graphs: int
     node_feat: Optional[torch.Tensor] = None
-    x_float: Optional[torch.Tensor] = None
-    edge_attr: Optional[torch.Tensor] = None
+    node_feat_float: Optional[torch.Tensor] = None
+    edge_feat: Optional[torch.Tensor] = None
     lap_pe: Optional[torch.Tensor] = None
     node_y: Optional[torch.Tensor] = None
     node_y_mask: Optional[torch.Tensor] = None
-    target: Optional[torch.Tensor] = None
+    target_node: Optional[torch.Tensor] = None
     target_id: Optional[torch.Tensor] = None
     target_y: Optional[torch.Tensor] = None
     target_y_mask: Optional[torch.Tensor] = None
@@ -62,8 +61,8 @@ class EdgeBatch:
     max_graph_nodes: Optional[int] = None  # nodes of the largest graph (padded layouts of per-graph attention); set where the batch is made
 
     def __post_init__(self):
-        if self.node_feat is None and self.x_float is None:
-            raise ValueError("an EdgeBatch needs node_feat or x_float")
+        if self.node_feat is None and self.node_feat_float is None:
+            raise ValueError("an EdgeBatch needs node_feat or node_feat_float")
         if self.max_graph_nodes is None:  # counted where the batch is made, so that models need not ask the device
             counts = torch.bincount(self.graph_index.cpu(), minlength=self.num_graphs)
             self.max_graph_nodes = int(counts.max()) if counts.numel() else 0
@@ -101,7 +100,7 @@ class EdgeBatch:
             graph_index=torch.arange(b, device=mask.device)[:, None].expand(b, n)[mask],
             num_graphs=b,
             node_feat=batch.node_feat[mask],
-            edge_attr=batch.edge_feat[g, u, v],
+            edge_feat=batch.edge_feat[g, u, v],
             lap_pe=batch.lap_pe[mask] if batch.lap_pe is not None else None,
             node_y=node_y,
             node_y_mask=batch.node_y_mask[mask] if batch.node_y_mask is not None else None,
@@ -126,7 +125,7 @@ def _concat(records: Sequence[Record], key: str) -> np.ndarray:
 
 def collate_edges(records: Sequence[Record], keys: Sequence[str] = ()) -> EdgeBatch:
     """EdgeBatch of `records` (one graph each) with the optional keys asked for: lap_pe, y,
-    node_y, x_float, target. Node ids of each record are offset by the nodes before it."""
+    node_y, x_float, target_nodes. Node ids of each record are offset by the nodes before it."""
     sizes = np.fromiter((r.num_nodes for r in records), dtype=np.int64, count=len(records))
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     edges = []
@@ -139,11 +138,11 @@ def collate_edges(records: Sequence[Record], keys: Sequence[str] = ()) -> EdgeBa
         "edge_index": np.concatenate(edges, axis=1) if edges else np.zeros((2, 0), np.int64),
         "graph_index": np.repeat(np.arange(len(records)), sizes),
         "node_feat": _concat(records, schema.X).astype(np.int64) + schema.FEATURE_SHIFT,
-        "edge_attr": _concat(records, schema.EDGE_ATTR).astype(np.int64) + schema.FEATURE_SHIFT,
+        "edge_feat": _concat(records, schema.EDGE_ATTR).astype(np.int64) + schema.FEATURE_SHIFT,
         "idx": np.fromiter((r.idx for r in records), dtype=np.int64, count=len(records)),
     }
-    if X_FLOAT in keys:
-        out["x_float"] = _concat(records, X_FLOAT).astype(np.float32)
+    if schema.X_FLOAT in keys:
+        out["node_feat_float"] = _concat(records, schema.X_FLOAT).astype(np.float32)
     if schema.LAP_PE in keys:
         out["lap_pe"] = _concat(records, schema.LAP_PE).astype(np.float32)
     if schema.NODE_Y in keys:
@@ -152,7 +151,7 @@ def collate_edges(records: Sequence[Record], keys: Sequence[str] = ()) -> EdgeBa
     if schema.Y in keys:
         y = np.stack([r.arrays[schema.Y] for r in records]).astype(np.float32).reshape(len(records), -1)
         out["y_mask"], out["y"] = ~np.isnan(y), np.nan_to_num(y, nan=0.0)
-    if TARGET in keys:
-        out["target"] = np.concatenate([r.arrays[TARGET].astype(np.int64) + off for r, off in zip(records, offsets)])
+    if schema.TARGET_NODES in keys:
+        out["target_node"] = np.concatenate([r.arrays[schema.TARGET_NODES].astype(np.int64) + off for r, off in zip(records, offsets)])
     tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in out.items()}
     return EdgeBatch(num_graphs=len(records), **tensors)

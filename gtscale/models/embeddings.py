@@ -91,7 +91,7 @@ def embed_edge_batch(node_embed: nn.Module | None, float_embed: nn.Linear | None
             raise ValueError(f"this {model} embeds categorical node features; the batch has no node_feat")
         x = node_embed(batch.node_feat)
     if float_embed is not None:
-        if batch.x_float is None:
-            raise ValueError(f"this {model} embeds {float_embed.in_features} continuous features; the batch has no x_float")
-        x = x + float_embed(batch.x_float.to(float_embed.weight.dtype))
+        if batch.node_feat_float is None:
+            raise ValueError(f"this {model} embeds {float_embed.in_features} continuous features; the batch has no node_feat_float")
+        x = x + float_embed(batch.node_feat_float.to(float_embed.weight.dtype))
     return x

@@ -56,11 +56,11 @@ def labelled_targets(batch: Batch) -> int:
 
 def target_scores(batch: Batch | EdgeBatch, node_scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(global target ids, logits at the target nodes) from the node head's [B, N, 1] (Batch: [B·T]
-    rows) or [N_tot, 1] (EdgeBatch: [K] rows, the nodes listed in batch.target)."""
+    rows) or [N_tot, 1] (EdgeBatch: [K] rows, the nodes listed in batch.target_node)."""
     if isinstance(batch, EdgeBatch):
-        if batch.target is None or batch.target_id is None:
+        if batch.target_node is None or batch.target_id is None:
             raise ValueError("a node-task EdgeBatch needs target and target_id")
-        return batch.target_id, node_scores[batch.target.to(node_scores.device)].reshape(-1).float()
+        return batch.target_id, node_scores[batch.target_node.to(node_scores.device)].reshape(-1).float()
     ids, values = target_predictions(batch, node_scores)
     return ids, values.reshape(-1).float()
 

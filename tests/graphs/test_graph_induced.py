@@ -38,11 +38,11 @@ def test_a_batch_holds_exactly_the_edges_among_its_nodes(store, splits):
     loader = build_induced_loader(store, np.arange(n), FRACTION, _config(epoch_batches=3), train=True, rank=0, world_size=1)
     for batch in loader:
         nodes = batch.target_id.numpy()  # every node is a target here: target_id lists the batch's nodes in order
-        assert batch.target.tolist() == list(range(batch.num_nodes)) and len(nodes) == round(FRACTION * n)
+        assert batch.target_node.tolist() == list(range(batch.num_nodes)) and len(nodes) == round(FRACTION * n)
         expected = adjacency[nodes][:, nodes].tocoo()
         got = {(int(u), int(v)) for u, v in batch.edge_index.t()}
         assert got == set(zip(expected.row.tolist(), expected.col.tolist())) and batch.num_edges == len(got) > 0
-        np.testing.assert_array_equal(batch.x_float.numpy(), np.asarray(graph.features[nodes], np.float32))
+        np.testing.assert_array_equal(batch.node_feat_float.numpy(), np.asarray(graph.features[nodes], np.float32))
         labels = np.asarray(graph.labels[nodes])
         np.testing.assert_array_equal(batch.target_y_mask.numpy(), labels >= 0)
         np.testing.assert_array_equal(batch.target_y.numpy(), (labels == 1).astype(np.float32))
@@ -51,7 +51,7 @@ def test_a_batch_holds_exactly_the_edges_among_its_nodes(store, splits):
         nodes = everything.target_id.numpy()
         assert np.isin(batch.target_id.numpy(), splits["train"]).all()
         np.testing.assert_array_equal(batch.target_id.numpy(), nodes[np.isin(nodes, splits["train"])])  # the split's nodes among them
-        np.testing.assert_array_equal(nodes[batch.target.numpy()], batch.target_id.numpy())
+        np.testing.assert_array_equal(nodes[batch.target_node.numpy()], batch.target_id.numpy())
 
 
 def _rank_batches(store, targets, config, world_size, train, epochs=1):
@@ -87,7 +87,7 @@ def test_evaluation_scores_each_eval_node_once(store, splits):
 
 
 def _same(a, b) -> bool:
-    return torch.equal(a.target_id, b.target_id) and torch.equal(a.edge_index, b.edge_index) and torch.equal(a.x_float, b.x_float)
+    return torch.equal(a.target_id, b.target_id) and torch.equal(a.edge_index, b.edge_index) and torch.equal(a.node_feat_float, b.node_feat_float)
 
 
 @pytest.mark.parametrize("stop", [3, 7, 8])  # mid-epoch, right after an epoch's last batch, one into the next

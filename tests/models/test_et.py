@@ -125,7 +125,7 @@ def test_sparse_form_allocates_no_n_by_n_tensor():
     gen = torch.Generator().manual_seed(0)
     batch = EdgeBatch(
         edge_index=torch.randint(0, n, (2, e), generator=gen), graph_index=torch.zeros(n, dtype=torch.long),
-        num_graphs=1, x_float=torch.randn(n, 5, generator=gen),
+        num_graphs=1, node_feat_float=torch.randn(n, 5, generator=gen),
     )
     model = _model(TINY_ET_SPARSE, node_vocab=[], node_float_dim=5, self_loops=True).train()
     with _LargestTensor() as seen:

@@ -59,7 +59,7 @@ def test_propagation_of_a_large_graph_allocates_no_n_by_n_tensor():
     n, e = 20_000, 100_000
     gen = torch.Generator().manual_seed(0)
     edges = EdgeBatch(edge_index=torch.randint(0, n, (2, e), generator=gen), graph_index=torch.zeros(n, dtype=torch.long),
-                      num_graphs=1, x_float=torch.zeros(n, 1))
+                      num_graphs=1, node_feat_float=torch.zeros(n, 1))
     x = torch.randn(n, 16, generator=gen, requires_grad=True)
     with _Shapes() as seen:
         prop = _model()._propagation(edges)

@@ -12,7 +12,7 @@ def test_real_nodes_count_masked_in_nodes_and_edge_batch_nodes():
     dense = Batch(node_feat=torch.zeros(2, 3, 1, dtype=torch.long), node_mask=mask, edge_feat=torch.zeros(2, 3, 3, 1, dtype=torch.long))
     assert real_nodes(dense) == 5
     sparse = EdgeBatch(edge_index=torch.zeros(2, 0, dtype=torch.long), graph_index=torch.zeros(7, dtype=torch.long), num_graphs=1,
-                       x_float=torch.zeros(7, 2))
+                       node_feat_float=torch.zeros(7, 2))
     assert real_nodes(sparse) == 7
 
 
