@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from gtscale.prep import graph_features
-from gtscale.prep.sources import DATASETS, read_dataset
+from gtscale.prep.datasets import DATASETS, read_dataset
 from gtscale.prep.structure import StructureOptions
 from gtscale.errors import UserError
 from gtscale.format.manifest import duplicate_note, merge_parts

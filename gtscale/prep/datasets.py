@@ -1,0 +1,76 @@
+"""Dataset readers by name (`gtscale shard NAME`). Each returns a `MoleculeTable` read from the
+dataset's real layout by its module in prep/sources/."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from gtscale.prep.sources.base import MoleculeTable
+from gtscale.errors import UserError
+
+#: name → what --root must point at (for help texts and errors)
+DATASETS = {
+    "pcqm4mv2": "folder holding pcqm4m-v2/ (raw/data.csv.gz, split_dict.pt), as OGB-LSC downloads it",
+    "ogbg-molhiv": "folder holding ogbg_molhiv/ (mapping/mol.csv.gz, split/scaffold/), as OGB downloads it",
+    "ogbg-molpcba": "folder holding ogbg_molpcba/ (mapping/mol.csv.gz, split/scaffold/), as OGB downloads it",
+    "nci-tpsa": "bundled: RDKit's NCI first_5K molecules with TPSA (no --root needed)",
+    "wehi-pains": "bundled: RDKit's WEHI molecules labelled by the PAINS filter catalog (no --root needed)",
+    "moleculeace": "--dataset CHEMBL214_Ki etc.: a MoleculeACE benchmark set from the installed package (or --root FOLDER of its CSVs)",
+    "moses": "MOSES's 1.9 M molecules (train, test, test_scaffolds) from the installed molsets package (or --root FOLDER of its .csv.gz), "
+             "for --targets rdkit-fast or rdkit-descriptors",
+    "offline-union": "the unique molecules of MoleculeACE's train splits and RDKit's NCI set, for --targets rdkit-descriptors",
+    "smiles-csv": "--input FILE (.csv or .smi, optionally .gz) with --smiles-column, --target-columns",
+}
+
+
+def read_dataset(name: str, args: argparse.Namespace) -> MoleculeTable:
+    """Read dataset `name`; `args` carries --root / --input, the SMILES-table options and --targets
+    (rdkit-descriptors / rdkit-fast: the dataset's targets replaced by standardised RDKit
+    descriptors, all of them or the cheap set, descriptors.FAST)."""
+    targets = getattr(args, "targets", "given")
+    if name in ("offline-union", "moses") and targets == "given":
+        raise UserError(f"{name} has no targets of its own: add --targets rdkit-fast or --targets rdkit-descriptors")
+    table = _read_source(name, args)
+    if targets in ("rdkit-descriptors", "rdkit-fast"):
+        from gtscale.prep.sources.descriptors import FAST, with_descriptor_targets
+
+        return with_descriptor_targets(table, workers=max(1, getattr(args, "workers", 1)), progress=not getattr(args, "no_progress", False),
+                                       names=FAST if targets == "rdkit-fast" else None)
+    return table
+
+
+def _read_source(name: str, args: argparse.Namespace) -> MoleculeTable:
+    from gtscale.prep.sources import bundled, moleculeace, moses, ogb, smiles, union
+
+    if name not in DATASETS:
+        raise UserError(f"unknown dataset {name!r} (known: {', '.join(DATASETS)})")
+    if name in ("nci-tpsa", "wehi-pains"):
+        return bundled.read_nci_tpsa() if name == "nci-tpsa" else bundled.read_wehi_pains()
+    if name == "moses":
+        return moses.read_moses(Path(args.root) if args.root else None)
+    if name == "offline-union":
+        return union.read_offline_union(Path(args.root) if args.root else None, seed=args.split_seed)
+    if name == "moleculeace":
+        root = Path(args.root) if args.root else None
+        return moleculeace.read_moleculeace(getattr(args, "subset", None), root, seed=args.split_seed)
+    if name == "smiles-csv":
+        if not args.input:
+            raise UserError("smiles-csv needs --input FILE")
+        return smiles.read_smiles_table(
+            Path(args.input),
+            smiles_column=args.smiles_column,
+            target_columns=[c for c in args.target_columns.split(",") if c] if args.target_columns else [],
+            task_type=args.task_type,
+            id_column=args.id_column,
+            split_column=args.split_column,
+            seed=args.split_seed,
+        )
+    if not args.root:
+        raise UserError(f"{name} needs --root: the {DATASETS[name]}")
+    root = Path(args.root)
+    if not root.is_dir():
+        raise UserError(f"{root}: --root is not a directory")
+    if name == "pcqm4mv2":
+        return ogb.read_pcqm4mv2(root)
+    return ogb.read_ogbg_mol(root, name)
