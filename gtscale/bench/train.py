@@ -17,18 +17,6 @@ import time
 from pathlib import Path
 
 
-
-
-def single_process_env() -> dict[str, str]:
-    """What torchrun would set for a world of one, on a free local port."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", default="configs/tasks/nci-tpsa.yaml", help="training YAML (default: the quickstart's)")
     parser.add_argument("--shards", default=None, help="shard folder (default: shard nci-tpsa into a temporary folder)")
@@ -50,13 +38,13 @@ def run(args: argparse.Namespace) -> int:
     from gtscale.cli import main as cli_main
 
     claim_json(args.json_path)
+    from gtscale.train.launch_env import rendezvous_env
     from gtscale.train.preflight import load_train_config
     from gtscale.train.trainer import Trainer
 
     import torch
 
-    for key, value in single_process_env().items():
-        os.environ.setdefault(key, value)
+    os.environ.update(rendezvous_env(os.environ)[0])  # one process unless a launcher started this
     # Cores are shared out as a launcher would: loader workers get theirs, the model the rest.
     torch.set_num_threads(max(1, (os.cpu_count() or 1) - args.workers))
     with tempfile.TemporaryDirectory() as tmp:

@@ -6,12 +6,14 @@ slurm/train.sbatch set all five. When one is missing DeepSpeed falls back to MPI
 without mpi4py ends in a traceback. So, before the trainer starts:
 
 - all five set (torchrun, deepspeed, slurm/train.sbatch): nothing changes;
-- RANK or WORLD_SIZE set but not all five: a one-line error naming what is missing;
+- RANK or WORLD_SIZE set but not all five: a one-line error naming what is missing (a world of
+  one needs no MASTER_ADDR / MASTER_PORT: it rendezvouses in memory, trainer.join_process_group);
 - inside an srun step (SLURM_STEP_ID and SLURM_PROCID set) without RANK: SLURM's task variables
   are mapped as slurm/train.sbatch maps them (RANK = SLURM_PROCID, WORLD_SIZE = the step's tasks,
   LOCAL_RANK = SLURM_LOCALID, the rendezvous on the step's first node at port 20000 + job id %
   20000), keeping a MASTER_ADDR / MASTER_PORT already set;
-- nothing: a single process on 127.0.0.1 and a free port, said in one log line.
+- nothing: a single process (RANK 0 of WORLD_SIZE 1, no port: it rendezvouses in memory), said
+  in one log line. Picking a free port here would be a race anyway: released before it is bound.
 
 An sbatch script's own shell also carries SLURM_PROCID and SLURM_NTASKS (the job's, not one
 process's), but no step id: `gtscale train` run there directly is a single process, not rank 0 of
@@ -20,7 +22,6 @@ a world that never starts.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 from typing import Callable, Mapping
 
@@ -28,12 +29,6 @@ from gtscale.errors import UserError
 
 RENDEZVOUS_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 HOW_TO_START = "start with torchrun (or launch/train), srun or the deepspeed launcher, or with none of them for one process"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def slurm_first_node(nodelist: str) -> str:
@@ -51,7 +46,8 @@ def slurm_first_node(nodelist: str) -> str:
 def rendezvous_env(environ: Mapping[str, str], first_node: Callable[[str], str] = slurm_first_node) -> tuple[dict[str, str], str | None]:
     """(variables to add to the environment, a log line saying why, or None when a launcher set them)."""
     if "RANK" in environ or "WORLD_SIZE" in environ:
-        missing = [key for key in RENDEZVOUS_KEYS if key not in environ]
+        needed = RENDEZVOUS_KEYS[:3] if environ.get("WORLD_SIZE") == "1" else RENDEZVOUS_KEYS
+        missing = [key for key in needed if key not in environ]
         if missing:
             raise UserError(f"{missing[0]}: RANK/WORLD_SIZE are set but {', '.join(missing)} not; {HOW_TO_START}")
         return {}, None
@@ -68,6 +64,5 @@ def rendezvous_env(environ: Mapping[str, str], first_node: Callable[[str], str] 
             add["MASTER_PORT"] = str(20000 + int(environ.get("SLURM_JOB_ID", "0")) % 20000)
         where = f"{add.get('MASTER_ADDR', environ.get('MASTER_ADDR'))}:{add.get('MASTER_PORT', environ.get('MASTER_PORT'))}"
         return add, f"srun step {step}: rank {add['RANK']} of {add['WORLD_SIZE']} (local rank {add['LOCAL_RANK']}) from SLURM's task variables, rendezvous at {where}"
-    port = str(free_port())
-    add = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
-    return add, f"no launcher (RANK, WORLD_SIZE and SLURM_PROCID unset): training as a single process (rendezvous 127.0.0.1:{port}); for several, start with torchrun --nproc_per_node N (or launch/train N), srun or the deepspeed launcher"
+    add = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
+    return add, "no launcher (RANK, WORLD_SIZE and SLURM_PROCID unset): training as a single process; for several, start with torchrun --nproc_per_node N (or launch/train N), srun or the deepspeed launcher"
