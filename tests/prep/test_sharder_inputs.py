@@ -176,6 +176,35 @@ def test_drop_duplicates_keeps_the_training_copy(tmp_path, capsys):
     assert "warning" not in capsys.readouterr().err
 
 
+def test_drop_duplicates_computes_each_molecule_key_once(tmp_path, monkeypatch):
+    """--drop-duplicates needs every key before planning; the shard tasks reuse them (a canonical
+    SMILES is ~0.08 ms a molecule) and their part files hold the same keys as a run without it."""
+    from gtscale.prep import featurize, writer
+
+    calls = []
+    original = featurize.molecule_key
+
+    def counted(mol):
+        calls.append(1)
+        return original(mol)
+
+    monkeypatch.setattr(featurize, "molecule_key", counted)
+    monkeypatch.setattr(writer, "molecule_key", counted)
+    text = DUPLICATES + "not_a_smiles,g,train,7\n"
+    dropped, kept_all = tmp_path / "dropped", tmp_path / "all"
+    assert shard(*csv_args(write_csv(tmp_path, text), dropped, "--drop-duplicates")) == 0
+    assert len(calls) == 6  # the six rows that parse, once each
+    calls.clear()
+    assert shard(*csv_args(write_csv(tmp_path, text), kept_all)) == 0
+    assert len(calls) == 6
+
+    def keys(out):
+        return {idx: key for part in (out / "parts").glob("*.json") for idx, key in json.loads(part.read_text())["keys"]}
+
+    with_drop, without = keys(dropped), keys(kept_all)
+    assert sorted(with_drop) == [0, 1, 5] and all(without[idx] == key for idx, key in with_drop.items())
+
+
 def test_infinite_targets_are_rejected_per_molecule_and_counted(tmp_path):
     """inf (and 1e39, inf as float32) once reached training and crashed its first evaluation; NaN
     stays what it means: a missing label."""
