@@ -54,6 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", dest="json_path", help="also write the figures to this JSON file")
     parser.add_argument("--whole-process", type=int, default=0, metavar="N",
                         help="time the whole `gtscale shard pcqm4mv2 --workers 1` process on N molecules against a smiles2graph process")
+    parser.add_argument("--also-tree", action="append", default=[], metavar="DIR",
+                        help="with --whole-process: also time `gtscale shard` from the gtscale checkout DIR (run in DIR, so that its package is imported), "
+                        "in the same rounds: before/after figures of a change from one run")
 
 
 def bundled_smiles(limit: int) -> list[str]:
@@ -109,22 +112,28 @@ def write_pcqm4mv2_layout(root: Path, count: int) -> Path:
     return folder
 
 
-def _time_process(argv: list[str]) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of the child) of one process run to completion."""
+def _time_process(argv: list[str], cwd: str | None = None) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the child) of one process run to completion in `cwd`."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ | {"OMP_NUM_THREADS": "1"})
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ | {"OMP_NUM_THREADS": "1"}, cwd=cwd)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def _commands(root: Path, out: str) -> dict[str, list[str]]:
+def _commands(root: Path, out: str, trees: list[str] = ()) -> dict[str, tuple[list[str], str | None]]:
+    """name → (argv, folder to run in): the baseline, this gtscale, and gtscale from each of `trees`
+    (run in the tree: `python -m` puts the working folder first on sys.path, before PYTHONPATH)."""
     csv_path = root / "pcqm4m-v2" / "raw" / "data.csv.gz"
-    return {
-        "smiles2graph process": [sys.executable, "-c", _SMILES2GRAPH_PROCESS, str(csv_path)],
-        "gtscale shard process": [sys.executable, "-m", "gtscale.cli", "shard", "pcqm4mv2", "--root", str(root), "--out", out, "--workers", "1"],
+    shard = [sys.executable, "-m", "gtscale.cli", "shard", "pcqm4mv2", "--root", str(root), "--workers", "1"]
+    commands = {
+        "smiles2graph process": ([sys.executable, "-c", _SMILES2GRAPH_PROCESS, str(csv_path)], None),
+        "gtscale shard process": ([*shard, "--out", out], None),
     }
+    for number, tree in enumerate(trees):
+        commands[f"gtscale shard process from {tree}"] = ([*shard, "--out", f"{out}-tree{number}"], str(Path(tree).resolve()))
+    return commands
 
 
 def run_whole_process(args: argparse.Namespace) -> int:
@@ -134,13 +143,14 @@ def run_whole_process(args: argparse.Namespace) -> int:
         tmp = Path(tmp)
         write_pcqm4mv2_layout(tmp / "root", count)
         write_pcqm4mv2_layout(tmp / "small", small)
-        times: dict[str, list[tuple[float, float]]] = {name: [] for name in _commands(tmp, "")}
+        trees = args.also_tree
+        times: dict[str, list[tuple[float, float]]] = {name: [] for name in _commands(tmp, "", trees)}
         startup: dict[str, list[float]] = {name: [] for name in times}
         for round_ in range(args.rounds):
-            for name, argv in _commands(tmp / "root", str(tmp / f"out{round_}")).items():
-                times[name].append(_time_process(argv))
-            for name, argv in _commands(tmp / "small", str(tmp / f"small{round_}")).items():
-                startup[name].append(_time_process(argv)[1])
+            for name, (argv, cwd) in _commands(tmp / "root", str(tmp / f"out{round_}"), trees).items():
+                times[name].append(_time_process(argv, cwd))
+            for name, (argv, cwd) in _commands(tmp / "small", str(tmp / f"small{round_}"), trees).items():
+                startup[name].append(_time_process(argv, cwd)[1])
     rows = []
     for name, samples in times.items():
         wall, cpu = statistics.median(t[0] for t in samples), statistics.median(t[1] for t in samples)
@@ -148,15 +158,17 @@ def run_whole_process(args: argparse.Namespace) -> int:
         per_molecule = (cpu - fixed) / (count - small) if count > small else float("nan")
         rows.append({"process": name, "wall_s": wall, "cpu_s": cpu, "mol_per_s_wall": count / wall, "mol_per_s_cpu": count / cpu,
                      f"cpu_s_{small}_molecules": fixed, "cpu_ms_per_further_molecule": 1e3 * per_molecule})
-    base, ours = rows
+    base, ours = rows[:2]
+    for row in rows[1:]:
+        row["ratio_cpu"] = base["cpu_s"] / row["cpu_s"]  # smiles2graph ÷ this process: ≥ 1 is as cheap as smiles2graph
     result = {"molecules": count, "startup_molecules": small, "rounds": args.rounds, "rows": rows,
               "ratio_wall": base["wall_s"] / ours["wall_s"], "ratio_cpu": base["cpu_s"] / ours["cpu_s"],
               "load_average": os.getloadavg()[0]}
     print(f"{count} molecules, whole processes started afresh, median of {args.rounds} interleaved rounds (load average {result['load_average']:.1f})")
-    print(f"{'process':<24}{'wall s':>9}{'CPU s':>9}{'mol/s (CPU)':>13}{f'CPU s, {small} mol':>16}{'CPU ms/further mol':>20}")
+    print(f"{'process':<24}{'wall s':>9}{'CPU s':>9}{'mol/s (CPU)':>13}{f'CPU s, {small} mol':>16}{'CPU ms/further mol':>20}{'s2g CPU ÷ this':>16}")
     for row in rows:
         print(f"{row['process']:<24}{row['wall_s']:>9.1f}{row['cpu_s']:>9.1f}{row['mol_per_s_cpu']:>13.0f}"
-              f"{row[f'cpu_s_{small}_molecules']:>16.2f}{row['cpu_ms_per_further_molecule']:>20.3f}")
+              f"{row[f'cpu_s_{small}_molecules']:>16.2f}{row['cpu_ms_per_further_molecule']:>20.3f}{row.get('ratio_cpu', 1.0):>16.2f}")
     print(f"gtscale shard / smiles2graph speed: {result['ratio_cpu']:.2f}x by CPU time, {result['ratio_wall']:.2f}x by wall clock")
     write_json(args.json_path, result, "shard")
     return 0
