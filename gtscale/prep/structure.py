@@ -128,9 +128,18 @@ def _eigh(symmetric: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     eigenvalues (a symmetric molecule; ~1 in 5 NCI molecules) another basis of that eigenspace
     depending on the other matrices in the stack, so a molecule's encodings would depend on which
     molecules share its shard, and `gtscale predict` could not reproduce them. ~40 µs more CPU per
-    molecule (tests/prep/test_structure.py checks the independence)."""
+    molecule (tests/prep/test_structure.py checks the independence).
+
+    On one thread, whatever the caller's setting: MKL's threaded eigh changes the last bits from
+    ~40 nodes on, so `gtscale predict` (torch's default threads) encoded large molecules otherwise
+    than the sharder's one-thread workers did."""
     tensor = torch.from_numpy(symmetric.astype(np.float32))
-    pairs = [torch.linalg.eigh(matrix) for matrix in tensor]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        pairs = [torch.linalg.eigh(matrix) for matrix in tensor]
+    finally:
+        torch.set_num_threads(threads)
     if not pairs:
         return np.zeros(symmetric.shape[:2]), np.zeros(symmetric.shape)
     values = torch.stack([v for v, _ in pairs]).numpy().astype(np.float64)

@@ -175,3 +175,33 @@ def test_a_molecules_encodings_do_not_depend_on_the_molecules_computed_with_it()
         alone = structure_many([pair], StructureOptions())[0]
         differ += any(not np.array_equal(alone[k], stacked[k]) for k in (schema.SVD_PE, schema.LAP_PE, schema.LAP_EIGVAL))
     assert differ == 0
+
+
+def test_encodings_do_not_depend_on_the_callers_thread_count():
+    """The sharder's workers run one thread, `gtscale predict` torch's default: on the old code 5 of
+    the 58 bundled molecules with ≥ 40 atoms got other SVD / Laplacian bytes on 4 threads."""
+    import torch
+
+    from gtscale.bench.shard import bundled_smiles
+    from gtscale.prep.featurize import FeaturizeError, featurize_smiles
+
+    graphs = []
+    for smiles in bundled_smiles(6000):
+        try:
+            graph = featurize_smiles(smiles)
+        except FeaturizeError:
+            continue
+        if len(graph[schema.X]) >= 40:
+            graphs.append((graph[schema.EDGE_INDEX], len(graph[schema.X])))
+    assert len(graphs) >= 20
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        serial = structure_many(graphs, StructureOptions())
+        torch.set_num_threads(4)
+        threaded = structure_many(graphs, StructureOptions())
+    finally:
+        torch.set_num_threads(threads)
+    for a, b in zip(serial, threaded):
+        for key in (schema.SVD_PE, schema.LAP_PE, schema.LAP_EIGVAL):
+            assert a[key].tobytes() == b[key].tobytes(), key
