@@ -24,9 +24,11 @@ def test_compiled_training_matches_eager_compiles_per_bucket_and_resumes_from_th
     eager = write_config(tmp_path / "eager.yaml", tpsa_shards, tmp_path / "eager", **sections)
     compiled = write_config(tmp_path / "compiled.yaml", tpsa_shards, tmp_path / "compiled", **sections,
                             compile={"enabled": True, "cache_dir": str(cache)}, checkpoint={"every": 4})
-    # Independent run dirs, one process each: the eager reference overlaps job 1's compilation.
+    # Independent run dirs, one process each: the eager reference overlaps job 1's compilation. Job 1
+    # builds every kernel, ~4 min on 2 cores under a load of 8 (the launcher's 300 s hang guard
+    # failed the suite there), hence a 600 s guard.
     both = start_ranks(1, [str(eager)], tmp_path / "log-eager") + start_ranks(1, [str(compiled), "max_steps=4"], tmp_path / "log-a")
-    assert wait_all(both) == [0, 0], logs(tmp_path / "log-eager") + logs(tmp_path / "log-a")
+    assert wait_all(both, timeout=600) == [0, 0], logs(tmp_path / "log-eager") + logs(tmp_path / "log-a")
     assert run_ranks(1, [str(compiled), "--resume", "auto"], tmp_path / "log-b") == [0], logs(tmp_path / "log-b")
 
     ref, got = metrics(tmp_path / "eager"), metrics(tmp_path / "compiled")
