@@ -38,6 +38,17 @@ def nci_shards_copy(tmp_path, nci_shards) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tpsa_shards(tmp_path_factory) -> Path:
+    """The bundled TPSA molecules in 2 train shards (of ~2000), as a user would shard them
+    (read-only for tests; the training, SLURM and bad-input tests all train on it: one sharding)."""
+    from gtscale.cli import main
+
+    out = tmp_path_factory.mktemp("tpsa")
+    assert main(["shard", "nci-tpsa", "--out", str(out), "--shard-size", "2000", "--no-progress", "--lap-k", "0"]) == 0
+    return out
+
+
+@pytest.fixture(scope="session")
 def ego_shards(tmp_path_factory) -> tuple[Path, Path]:
     """(graph store, ego-shard folder): a small synthetic anomaly graph (600 nodes, 10 continuous
     features) cut by `gtscale shard graph-ego` into shards of 40 targets (read-only for tests)."""

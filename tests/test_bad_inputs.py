@@ -35,7 +35,7 @@ TAGS = ["step-00000002", "step-00000004"]
 class Inputs:
     """The shared, read-only fixtures a case copies from."""
 
-    shards: Path  # a sharded dataset (nci-tpsa, small)
+    shards: Path  # a sharded dataset (nci-tpsa, small: the session's tpsa_shards)
     run: Path  # a finished 1-rank ZeRO-2 run with complete checkpoints TAGS
 
 
@@ -419,10 +419,9 @@ def files(folder: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def inputs(tmp_path_factory) -> Inputs:
+def inputs(tmp_path_factory, tpsa_shards) -> Inputs:
     root = tmp_path_factory.mktemp("bad_inputs")
-    shards = root / "shards"
-    assert main(["shard", "nci-tpsa", "--out", str(shards), "--shard-size", "2000", "--no-progress", "--lap-k", "0"]) == 0
+    shards = tpsa_shards
     cfg = write_config(root / "run.yaml", shards, root / "run", schedule={"total_steps": 4, "warmup_steps": 1}, checkpoint={"every": 2, "keep": 2})
     assert run_ranks(1, [str(cfg)], root / "log") == [0], logs(root / "log")
     return Inputs(shards=shards, run=root / "run")

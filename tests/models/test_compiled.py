@@ -1,7 +1,13 @@
 """Every model compiles as one graph (fullgraph: a break is an error) and computes what eager
 computes: outputs and gradients, fp32, 1e-5. Tiny configs; dropout off so both runs are one function.
 The sparse models take EdgeBatches, as their loaders make them (a dense Batch is converted inside
-them, with data-dependent sizes: eager only)."""
+them, with data-dependent sizes: eager only).
+
+Inductor (C++ codegen, ~30 s a variant on 2 cores) compiles the variants whose lowering no other
+variant covers. The two that differ from a sibling only in the order or choice of ops inductor
+lowers the same way (post-LN Graphormer: pre-LN's ops; MNA-GT's virtual-node readout: MNA-GT's
+layers) run through "aot_eager_decomp_partition": dynamo's fullgraph capture, AOT autograd, and
+inductor's own decompositions and forward/backward partitioning, everything but the codegen."""
 
 import numpy as np
 import pytest
@@ -22,6 +28,8 @@ VARIANTS = {
     "mnagt-virtual-readout": {**TINY_MNAGT, "readout": "virtual"},
 }
 EDGE_BATCH = {"et-sparse", "mnagt", "mnagt-virtual-readout"}
+#: Variants whose inductor lowering a sibling already covers (see the module docstring).
+NO_CODEGEN = {"graphormer-post-ln": "graphormer-pre-ln", "mnagt-virtual-readout": "mnagt"}
 
 
 def _run(model, head, batch, forward):
@@ -42,7 +50,8 @@ def test_compiled_equals_eager_in_one_graph(name, graphs):
         return head(model(batch))
 
     reset_compile_state()
-    compiled = torch.compile(eager, fullgraph=True)
+    backend = "aot_eager_decomp_partition" if name in NO_CODEGEN else "inductor"
+    compiled = torch.compile(eager, fullgraph=True, backend=backend)
     batch = make_batch(graphs)
     if name in EDGE_BATCH:
         batch = EdgeBatch.from_dense(batch)
@@ -51,3 +60,7 @@ def test_compiled_equals_eager_in_one_graph(name, graphs):
     for a, b in zip(expected, got):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
     assert compile_count() == 1
+
+
+def test_each_variant_left_to_aot_names_a_sibling_that_inductor_compiles():
+    assert all(name in VARIANTS and sibling in VARIANTS and sibling not in NO_CODEGEN for name, sibling in NO_CODEGEN.items())

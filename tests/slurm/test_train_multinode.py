@@ -31,16 +31,6 @@ WAIT_S = 240  # from submission to the requeued job's end
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def tpsa_shards(tmp_path_factory) -> Path:
-    """The bundled TPSA molecules in 2 train shards, as tests/train shards them."""
-    from gtscale.cli import main
-
-    out = tmp_path_factory.mktemp("tpsa")
-    assert main(["shard", "nci-tpsa", "--out", str(out), "--shard-size", "2000", "--no-progress", "--lap-k", "0"]) == 0
-    return out
-
-
 def _job(env: dict, job_id: str) -> dict[str, str]:
     jobs = scontrol_jobs(env, job_id)
     assert len(jobs) == 1, jobs
