@@ -46,6 +46,8 @@ from gtscale.loader.batch import Batch
 from gtscale.loader.edge_batch import EdgeBatch
 from gtscale.errors import UserError
 from gtscale.models import build_head, build_model, load_model_config, parse_model_config
+from gtscale.train.compiled import prepare_inductor
+from gtscale.train.config import CompileConfig
 
 #: PCQM4Mv2's heavy-atom counts: 1..51, mean 14.1.
 PCQM4MV2_MAX_ATOMS = 51
@@ -225,7 +227,10 @@ def measure(cfg: dict, batch: Batch | EdgeBatch, precision: str, steps: int, war
         return head(model(batch))
 
     # FLOPs are counted on the eager forward: a counting dispatch mode and a compiled graph exclude each other
-    compiled = torch.compile(eager, fullgraph=True) if implementation == "compiled" else eager
+    compiled = eager
+    if implementation == "compiled":
+        prepare_inductor(CompileConfig().cache_dir)  # as training compiles: the private cache, the CPU workaround
+        compiled = torch.compile(eager, fullgraph=True)
 
     def step(forward=compiled) -> None:
         with autocast:

@@ -72,12 +72,29 @@ def compile_model(model: torch.nn.Module, cfg, static_shapes: bool) -> None:
     The forward, not the module call: DeepSpeed hooks the module's call (timers, ZeRO's prologue),
     which has no place in a model graph and would break it; ZeRO-3's per-submodule parameter hooks
     would too, so the config refuses compile with stage 3."""
-    use_cache_dir(cfg.cache_dir)
+    prepare_inductor(cfg.cache_dir)
+    model.forward = torch.compile(model.forward, **compile_options(cfg.mode, static_shapes))
+
+
+def prepare_inductor(cache_dir: str | Path) -> None:
+    """What every gtscale compile sets first (training and `gtscale bench model --compile`): the
+    private cache, recompile limits sized for one graph per bucket, and the CPU codegen workaround."""
+    use_cache_dir(cache_dir)
     # One graph per bucket shape (and per train / eval mode) is the design, not a runaway: dynamo's
     # default limit of 8 recompiles per function would fail a fullgraph run with more buckets.
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
     torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit, RECOMPILE_LIMIT)
-    model.forward = torch.compile(model.forward, **compile_options(cfg.mode, static_shapes))
+    apply_codegen_workarounds()
+
+
+def apply_codegen_workarounds() -> None:
+    """Inductor's C++ kernels at 512-bit vectors corrupt the heap in Graphormer's compiled backward
+    with two or more OpenMP threads (torch 2.13 on an AVX-512 Xeon: `free(): invalid size` inside
+    aten._embedding_bag_backward, the process aborts; one thread, aot_eager or 256-bit vectors
+    pass). On such CPUs inductor generates 256-bit (AVX2) kernels instead; the setting is part of
+    inductor's cache key, so no 512-bit kernel is reused from a cache. GPU (Triton) code is unaffected."""
+    if torch.backends.cpu.get_cpu_capability().startswith("AVX512"):
+        torch._inductor.config.cpp.simdlen = 256
 
 
 def compile_options(mode: str, static_shapes: bool) -> dict:
