@@ -1,0 +1,39 @@
+"""launch/gpu-check --compile: what its training launches and benchmarks are given (the whole flow
+compiled on the CPU takes minutes; tests/train/test_gpu_check.py runs the eager flow end to end)."""
+
+from pathlib import Path
+
+from gtscale.bench.gpu_check import compile_note, plan, train_command
+from gtscale.config import CONFIG_ROOT
+from gtscale.train.config import read_train_config
+
+TPSA = str(CONFIG_ROOT / "tasks" / "nci-tpsa.yaml")
+
+
+def overrides(command: list[str]) -> list[str]:
+    """The dotted overrides of a `torchrun … gtscale.cli train CONFIG key=value …` command."""
+    return [arg for arg in command[command.index(TPSA) + 1:] if "=" in arg]
+
+
+def test_compile_reaches_the_training_config_and_the_benchmarks(tmp_path):
+    p = plan(cpu=True, models=("egt-small",), compile=True, out=tmp_path)
+    assert "--compile" in p.bench_args
+    for resume in (False, True):
+        cfg = read_train_config(TPSA, overrides(train_command(p, TPSA, Path("shards"), tmp_path / "run", resume)))
+        assert cfg.compile.enabled and cfg.data.loader.pad_to_bucket and cfg.data.loader.bucket_ratio == 1.5
+        assert Path(cfg.compile.cache_dir) == tmp_path / "inductor"  # shared by the run and its resumption
+        assert cfg.deepspeed.zero_stage == 2
+
+    eager = plan(cpu=True, models=("egt-small",), out=tmp_path)
+    cfg = read_train_config(TPSA, overrides(train_command(eager, TPSA, Path("shards"), tmp_path / "run", False)))
+    assert not cfg.compile.enabled and "--compile" not in eager.bench_args
+
+
+def test_compile_note_reads_the_last_training_row(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text(
+        '{"step": 1, "split": "train", "loss": 1.0, "compiled_graphs": 2, "batch_shapes": 2, "compile_cache_hits": 0}\n'
+        '{"step": 2, "split": "train", "loss": 0.5, "compiled_graphs": 3, "batch_shapes": 3, "compile_cache_hits": 4}\n'
+        '{"step": 2, "split": "valid", "mae": 0.7}\n')
+    assert compile_note(tmp_path) == "; 3 compiled graphs for 3 batch shapes, 4 inductor cache hits"
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "split": "train", "loss": 1.0}\n')
+    assert compile_note(tmp_path) == ""
