@@ -142,19 +142,56 @@ def train_command(p: Plan, config: str, shards: Path, run_dir: Path, resume: boo
     return cmd + (["--resume", "auto"] if resume else [])
 
 
+def process_tree(pid: int) -> list[int]:
+    """`pid` and every process below it, parents first (Linux /proc). torchrun starts each rank in a
+    session of its own: a kill of the launcher, or of its process group, leaves the ranks running."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])  # "pid (name) state ppid ..."
+        except (OSError, IndexError, ValueError):
+            continue  # ended meanwhile
+        children.setdefault(parent, []).append(int(stat.parent.name))
+    tree, todo = [], [pid]
+    while todo:
+        tree.append(todo.pop(0))
+        todo += children.get(tree[-1], [])
+    return tree
+
+
+def end_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL a launch and every process under it (ranks, their loader workers); reap it."""
+    for pid in process_tree(proc.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+
+
 def run_logged(cmd: list[str], log: Path, env: dict[str, str], timeout: float) -> int:
+    """Run `cmd` to its end, its output to `log`. Past `timeout` seconds, or when gpu-check itself
+    is stopped, it is ended with every process under it (no rank left holding a GPU); a timeout
+    returns 124, as `timeout` does."""
     with open(log, "ab") as out:
-        return subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=timeout).returncode
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        try:
+            return proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return 124
+        finally:
+            if proc.poll() is None:
+                end_tree(proc)
 
 
 def run_and_kill(cmd: list[str], log: Path, env: dict[str, str], run_dir: Path, checkpoint_step: int, kill_after: int, timeout: float) -> int:
-    """Start the run in a process group of its own; SIGKILL the whole group (launcher, ranks, loader
-    workers) once step `kill_after` is logged and the step-`checkpoint_step` checkpoint is complete.
-    Returns the last step logged before the kill."""
+    """Start the run; SIGKILL it with every process under it (launcher, ranks, loader workers) once
+    step `kill_after` is logged and the step-`checkpoint_step` checkpoint is complete. Returns the
+    last step logged before the kill."""
     marker = run_dir / "checkpoints" / f"step-{checkpoint_step:08d}" / "COMPLETE"
     deadline = time.monotonic() + timeout
     with open(log, "ab") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
         try:
             while not (marker.is_file() and max(train_losses(run_dir), default=0) >= kill_after):
                 if proc.poll() is not None:
@@ -164,8 +201,7 @@ def run_and_kill(cmd: list[str], log: Path, env: dict[str, str], run_dir: Path, 
                 time.sleep(0.1)
         finally:
             if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+                end_tree(proc)
     return max(train_losses(run_dir))
 
 
@@ -191,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="launch/gpu-check", description=__doc__.split("\n")[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
+    # Stopped from outside (launch/gpu-speed's `timeout`): unwind, so that every launch under way is
+    # ended with its ranks (run_logged, run_and_kill) instead of left running on the GPUs.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     out = args.out.resolve()
     p = plan(args.cpu, tuple(args.bench_models), args.compile, out)
     env = _env(p.env)
@@ -211,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     code = run_logged(train_command(p, args.config, shards, ref, resume=False), out / "reference.log", env, args.timeout)
     reference = train_losses(ref)
     if code != 0 or max(reference, default=0) != p.steps:
-        print(f"      FAILED: exit {code}, {max(reference, default=0)} steps logged; see {out / 'reference.log'}")
+        print(f"      FAILED: exit {code}{' (past --timeout)' if code == 124 else ''}, {max(reference, default=0)} steps logged; see {out / 'reference.log'}")
         return 1
     print(f"      backend {backend_of(ref)}; loss step 1 {reference[1]:.4f} → step {p.steps} {reference[p.steps]:.4f}{compile_note(ref)}")
 

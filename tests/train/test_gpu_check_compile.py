@@ -1,9 +1,13 @@
 """launch/gpu-check --compile: what its training launches and benchmarks are given (the whole flow
-compiled on the CPU takes minutes; tests/train/test_gpu_check.py runs the eager flow end to end)."""
+compiled on the CPU takes minutes; tests/train/test_gpu_check.py runs the eager flow end to end);
+and a launch past its time limit ends with all its processes."""
 
+import os
+import sys
+import time
 from pathlib import Path
 
-from gtscale.bench.gpu_check import compile_note, plan, train_command
+from gtscale.bench.gpu_check import compile_note, plan, run_logged, train_command
 from gtscale.config import CONFIG_ROOT
 from gtscale.train.config import read_train_config
 
@@ -37,3 +41,27 @@ def test_compile_note_reads_the_last_training_row(tmp_path):
     assert compile_note(tmp_path) == "; 3 compiled graphs for 3 batch shapes, 4 inductor cache hits"
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "split": "train", "loss": 1.0}\n')
     assert compile_note(tmp_path) == ""
+
+
+def running(stat: Path) -> bool:
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_launch_past_its_timeout_ends_with_every_process_under_it(tmp_path):
+    # torchrun's way: the launcher starts its workers in sessions of their own, out of reach of a
+    # kill of its process group; such a worker must not outlive the check (it would hold a GPU).
+    pid_file = tmp_path / "worker.pid"
+    launcher = ("import subprocess, sys, time; "
+                "w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], start_new_session=True); "
+                f"open({str(pid_file)!r}, 'w').write(str(w.pid)); time.sleep(120)")
+    assert run_logged([sys.executable, "-c", launcher], tmp_path / "log", dict(os.environ), timeout=5) == 124
+    stat = Path(f"/proc/{pid_file.read_text()}/stat")
+    for _ in range(50):  # SIGKILL is delivered at once; gone, or a zombie until init reaps it
+        if not running(stat):
+            break
+        time.sleep(0.1)
+    assert not running(stat)
+    assert run_logged([sys.executable, "-c", "raise SystemExit(3)"], tmp_path / "log", dict(os.environ), timeout=30) == 3
