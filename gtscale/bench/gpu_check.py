@@ -105,7 +105,7 @@ def last_train_row(run_dir: Path) -> dict:
 
 
 def compile_note(run_dir: Path) -> str:
-    """'; N compiled graphs, H inductor cache hits' of a compiled run ('' for an eager one)."""
+    """'; N compiled graphs for S batch shapes, H inductor cache hits' of a compiled run ('' for an eager one)."""
     row = last_train_row(run_dir)
     if "compiled_graphs" not in row:
         return ""
