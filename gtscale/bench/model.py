@@ -340,6 +340,8 @@ def profile_markdown(setup: dict, results: list[dict]) -> str:
                   f"{prof['calls']:,} {prof['entries'][:-1]} calls, {prof['total_ms']:,.2f} ms of self {prof['time']} time in all; "
                   f"the {len(prof['rows'])} {prof['entries']} of most self {prof['time']} time:", "",
                   f"| # | {prof['entries'][:-1]} | calls | self ms | % of step |", "|---:|---|---:|---:|---:|"]
+        if not prof["rows"]:
+            lines.append(f"| | (none recorded: the profiler saw no {prof['time']} activity) | | | |")
         for i, row in enumerate(prof["rows"], 1):
             name = row["name"] if len(row["name"]) <= 100 else row["name"][:99] + "…"
             lines.append(f"| {i} | `{name.replace('|', '¦').replace('`', '')}` | {row['calls']:,} | {row['self_ms']:,.3f} | {100 * row['share']:.1f} |")

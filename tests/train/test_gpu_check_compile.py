@@ -24,7 +24,7 @@ def test_compile_reaches_the_training_config_and_the_benchmarks(tmp_path):
     assert "--compile" in p.bench_args
     for resume in (False, True):
         cfg = read_train_config(TPSA, overrides(train_command(p, TPSA, Path("shards"), tmp_path / "run", resume)))
-        assert cfg.compile.enabled and cfg.data.loader.pad_to_bucket and cfg.data.loader.bucket_ratio == 1.5
+        assert cfg.compile.enabled and cfg.data.loader.pad_to_bucket and cfg.data.loader.bucket_boundaries == [16, 32, 128]
         assert Path(cfg.compile.cache_dir) == tmp_path / "inductor"  # shared by the run and its resumption
         assert cfg.deepspeed.zero_stage == 2
 
