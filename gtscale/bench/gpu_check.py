@@ -114,7 +114,7 @@ def compile_note(run_dir: Path) -> str:
     row = last_train_row(run_dir)
     if "compiled_graphs" not in row:
         return ""
-    return f"; {row['compiled_graphs']} compiled graphs for {row['batch_shapes']} batch shapes, {row['compile_cache_hits']} inductor cache hits"
+    return f"; {row['compiled_graphs']:.0f} compiled graphs for {row['batch_shapes']:.0f} batch shapes, {row['compile_cache_hits']:.0f} inductor cache hits"
 
 
 def max_relative_difference(a: dict[int, float], b: dict[int, float], steps: range) -> tuple[float, int | None]:

@@ -36,7 +36,7 @@ def test_compile_reaches_the_training_config_and_the_benchmarks(tmp_path):
 def test_compile_note_reads_the_last_training_row(tmp_path):
     (tmp_path / "metrics.jsonl").write_text(
         '{"step": 1, "split": "train", "loss": 1.0, "compiled_graphs": 2, "batch_shapes": 2, "compile_cache_hits": 0}\n'
-        '{"step": 2, "split": "train", "loss": 0.5, "compiled_graphs": 3, "batch_shapes": 3, "compile_cache_hits": 4}\n'
+        '{"step": 2, "split": "train", "loss": 0.5, "compiled_graphs": 3.0, "batch_shapes": 3.0, "compile_cache_hits": 4.0}\n'
         '{"step": 2, "split": "valid", "mae": 0.7}\n')
     assert compile_note(tmp_path) == "; 3 compiled graphs for 3 batch shapes, 4 inductor cache hits"
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "split": "train", "loss": 1.0}\n')
