@@ -8,6 +8,11 @@
 3. bench: `gtscale bench model` in bf16 for egt-small, egt-medium and graphormer-base: graphs/s,
    peak CUDA memory and MFU (model FLOPs per second over the GPU's dense bf16 peak).
 
+`--compile` runs the same checks with the model compiled: the training runs with compile.enabled
+and one shape per size bucket (data.loader.pad_to_bucket) in three wide buckets, so that a short run
+compiles six times (three shapes, training and evaluation mode), not once per batch; the inductor
+cache is in --out, and the resumed runs read it back. The benchmarks get eager and compiled rows.
+
 Every step goes through the command line a user types (`gtscale shard`, `torchrun … gtscale.cli
 train`, `gtscale bench model`), so the script breaks when the CLI drifts. `--cpu` runs the same flow
 on 2 CPU processes over gloo with a few steps and a tiny benchmark: what the test suite runs.
@@ -44,9 +49,29 @@ class Plan:
     bench_models: tuple[str, ...]
     bench_args: tuple[str, ...]
     env: dict[str, str]
+    train_overrides: tuple[str, ...] = ()  # config overrides of every training launch
 
 
-def plan(cpu: bool, models: tuple[str, ...]) -> Plan:
+#: --compile's size buckets (exclusive upper bounds): NCI's molecules have 1..122 heavy atoms, most
+#: of them 7..30. A check needs few shapes, not little padding: each shape is a compilation.
+CHECK_BUCKETS = "[16,32,128]"
+
+
+def compile_overrides(cache_dir: Path) -> tuple[str, ...]:
+    """The training overrides of `--compile`: the compiled model, one batch shape per bucket."""
+    return ("compile.enabled=true", f"compile.cache_dir={cache_dir}", "data.loader.pad_to_bucket=true",
+            f"data.loader.bucket_boundaries={CHECK_BUCKETS}")
+
+
+def plan(cpu: bool, models: tuple[str, ...], compile: bool = False, out: Path = Path("runs")) -> Plan:
+    p = _plan(cpu, models)
+    if compile:
+        p.bench_args += ("--compile",)
+        p.train_overrides = compile_overrides(out / "inductor")
+    return p
+
+
+def _plan(cpu: bool, models: tuple[str, ...]) -> Plan:
     if cpu:
         # Everything on the CPU (even on a GPU machine): gloo, deterministic kernels, exact resume.
         return Plan(2, 6, 3, 4, 1e-6, models, ("--device", "cpu", "--batch-size", "2", "--steps", "1", "--warmup", "0", "--threads", "1"),
@@ -77,6 +102,21 @@ def train_losses(run_dir: Path) -> dict[int, float]:
     return rows
 
 
+def last_train_row(run_dir: Path) -> dict:
+    """The last training row of a run's metrics.jsonl ({} when none)."""
+    path = run_dir / "metrics.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+    return next((r for r in reversed(rows) if r.get("split") == "train"), {})
+
+
+def compile_note(run_dir: Path) -> str:
+    """'; N compiled graphs for S batch shapes, H inductor cache hits' of a compiled run ('' for an eager one)."""
+    row = last_train_row(run_dir)
+    if "compiled_graphs" not in row:
+        return ""
+    return f"; {row['compiled_graphs']:.0f} compiled graphs for {row['batch_shapes']:.0f} batch shapes, {row['compile_cache_hits']:.0f} inductor cache hits"
+
+
 def max_relative_difference(a: dict[int, float], b: dict[int, float], steps: range) -> tuple[float, int | None]:
     """Largest |a − b| / max(|b|, tiny) over `steps`, and its step; inf when a step is missing."""
     diffs = {}
@@ -100,26 +140,63 @@ def train_command(p: Plan, config: str, shards: Path, run_dir: Path, resume: boo
     overrides = [
         f"data.shards={shards}", f"run_dir={run_dir}", "deepspeed=zero2", f"schedule.total_steps={p.steps}",
         f"schedule.warmup_steps={max(1, p.steps // 10)}", f"checkpoint.every={p.checkpoint_every}", "eval.every=0",
-        "logging.every=1", "logging.progress=false", "logging.tensorboard=false",
+        "logging.every=1", "logging.progress=false", "logging.tensorboard=false", *p.train_overrides,
     ]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={p.processes}",
            "-m", "gtscale.cli", "train", config, *overrides]
     return cmd + (["--resume", "auto"] if resume else [])
 
 
+def process_tree(pid: int) -> list[int]:
+    """`pid` and every process below it, parents first (Linux /proc). torchrun starts each rank in a
+    session of its own: a kill of the launcher, or of its process group, leaves the ranks running."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])  # "pid (name) state ppid ..."
+        except (OSError, IndexError, ValueError):
+            continue  # ended meanwhile
+        children.setdefault(parent, []).append(int(stat.parent.name))
+    tree, todo = [], [pid]
+    while todo:
+        tree.append(todo.pop(0))
+        todo += children.get(tree[-1], [])
+    return tree
+
+
+def end_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL a launch and every process under it (ranks, their loader workers); reap it."""
+    for pid in process_tree(proc.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+
+
 def run_logged(cmd: list[str], log: Path, env: dict[str, str], timeout: float) -> int:
+    """Run `cmd` to its end, its output to `log`. Past `timeout` seconds, or when gpu-check itself
+    is stopped, it is ended with every process under it (no rank left holding a GPU); a timeout
+    returns 124, as `timeout` does."""
     with open(log, "ab") as out:
-        return subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=timeout).returncode
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        try:
+            return proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return 124
+        finally:
+            if proc.poll() is None:
+                end_tree(proc)
 
 
 def run_and_kill(cmd: list[str], log: Path, env: dict[str, str], run_dir: Path, checkpoint_step: int, kill_after: int, timeout: float) -> int:
-    """Start the run in a process group of its own; SIGKILL the whole group (launcher, ranks, loader
-    workers) once step `kill_after` is logged and the step-`checkpoint_step` checkpoint is complete.
-    Returns the last step logged before the kill."""
+    """Start the run; SIGKILL it with every process under it (launcher, ranks, loader workers) once
+    step `kill_after` is logged and the step-`checkpoint_step` checkpoint is complete. Returns the
+    last step logged before the kill."""
     marker = run_dir / "checkpoints" / f"step-{checkpoint_step:08d}" / "COMPLETE"
     deadline = time.monotonic() + timeout
     with open(log, "ab") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
         try:
             while not (marker.is_file() and max(train_losses(run_dir), default=0) >= kill_after):
                 if proc.poll() is not None:
@@ -129,8 +206,7 @@ def run_and_kill(cmd: list[str], log: Path, env: dict[str, str], run_dir: Path, 
                 time.sleep(0.1)
         finally:
             if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+                end_tree(proc)
     return max(train_losses(run_dir))
 
 
@@ -149,15 +225,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bench-models", nargs="*", default=list(BENCH_MODELS), help="models for `gtscale bench model` (none: skip)")
     parser.add_argument("--cpu", action="store_true", help="the same flow on 2 CPU processes (gloo), few steps: for tests")
     parser.add_argument("--timeout", type=float, default=240, help="seconds allowed per training launch")
+    parser.add_argument("--compile", action="store_true", help="train with compile.enabled (and pad_to_bucket); bench eager and compiled")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="launch/gpu-check", description=__doc__.split("\n")[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
-    p = plan(args.cpu, tuple(args.bench_models))
-    env = _env(p.env)
+    # Stopped from outside (launch/gpu-speed's `timeout`): unwind, so that every launch under way is
+    # ended with its ranks (run_logged, run_and_kill) instead of left running on the GPUs.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     out = args.out.resolve()
+    p = plan(args.cpu, tuple(args.bench_models), args.compile, out)
+    env = _env(p.env)
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     failures = []
@@ -171,13 +251,13 @@ def main(argv: list[str] | None = None) -> int:
             return 1
 
     ref, cut = out / "reference", out / "resumed"
-    print(f"[1/3] train {args.config}: {p.steps} steps on {p.processes} process(es), ZeRO-2 bf16", flush=True)
+    print(f"[1/3] train {args.config}: {p.steps} steps on {p.processes} process(es), ZeRO-2 bf16{', compiled' if args.compile else ''}", flush=True)
     code = run_logged(train_command(p, args.config, shards, ref, resume=False), out / "reference.log", env, args.timeout)
     reference = train_losses(ref)
     if code != 0 or max(reference, default=0) != p.steps:
-        print(f"      FAILED: exit {code}, {max(reference, default=0)} steps logged; see {out / 'reference.log'}")
+        print(f"      FAILED: exit {code}{' (past --timeout)' if code == 124 else ''}, {max(reference, default=0)} steps logged; see {out / 'reference.log'}")
         return 1
-    print(f"      backend {backend_of(ref)}; loss step 1 {reference[1]:.4f} → step {p.steps} {reference[p.steps]:.4f}")
+    print(f"      backend {backend_of(ref)}; loss step 1 {reference[1]:.4f} → step {p.steps} {reference[p.steps]:.4f}{compile_note(ref)}")
 
     print(f"[2/3] kill after step {p.kill_after} (checkpoint at {p.checkpoint_every}), resume, compare", flush=True)
     try:
@@ -192,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     ok = code == 0 and diff <= p.rtol
     print(f"      killed at step {killed_at}; resumed exit {code}; steps {p.checkpoint_every + 1}-{p.steps}: max relative loss "
           f"difference {diff:.2e} (step {step}; tolerance {p.rtol:.0e}); run-to-run spread of steps 1-{p.checkpoint_every}: {spread:.2e}"
-          f" — {'ok' if ok else 'FAILED'}")
+          f"{compile_note(cut)} — {'ok' if ok else 'FAILED'}")
     if not ok:
         failures.append("resume")
 
@@ -205,10 +285,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"      {model}: FAILED\n{result.stdout}{result.stderr}")
             failures.append(f"bench {model}")
             continue
-        row = json.loads((out / f"bench-{model}.json").read_text())["results"][0]
-        mfu = f"{100 * row['mfu']:.1f}%" if row["mfu"] is not None else "- (no peak known for this device)"
-        print(f"      {model:<16} {row['graphs_per_s']:>9.1f} graphs/s  peak {row['peak_mem_mb']:>8.0f} MiB  "
-              f"{row['achieved_tflops']:>7.2f} TFLOP/s  MFU {mfu}")
+        for row in json.loads((out / f"bench-{model}.json").read_text())["results"]:
+            mfu = f"{100 * row['mfu']:.1f}%" if row["mfu"] is not None else "- (no peak known for this device)"
+            print(f"      {model:<16} {row['implementation']:<9}{row['graphs_per_s']:>9.1f} graphs/s  peak {row['peak_mem_mb']:>8.0f} MiB  "
+                  f"{row['achieved_tflops']:>7.2f} TFLOP/s  MFU {mfu}")
     print(f"gpu-check: {'FAILED: ' + ', '.join(failures) if failures else 'all checks passed'} in {time.monotonic() - started:.0f} s; outputs in {out}")
     return 1 if failures else 0
 

@@ -21,6 +21,10 @@ continuous and/or categorical node features as the model reads them and 5 % anom
 labels, as one EdgeBatch (MNA-GT: split into graphs of --graph-nodes nodes, its ego subgraphs);
 the loss is App. C's weighted BCE of a node head, the figures nodes/s and peak memory.
 
+--profile FILE.md: after the timed steps each row (precision × implementation) trains one more
+step under torch.profiler, and FILE.md gets, per row, the PROFILE_ROWS kernels (CUDA; CPU: the
+operators) of most self time, with their calls and share of the step's total.
+
 For ET and MNA-GT a plain implementation written the obvious way (bench/reference.py: ET's
 update by autograd of the energy, MNA-GT's Âᵏ X by dense products) runs in the same invocation on
 the same batch with the same parameters, and the ratios are printed.
@@ -40,7 +44,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gtscale.bench.report import claim_json, write_json
+from gtscale.bench.report import claim_json, claim_markdown, write_json, write_markdown
 from gtscale.format import schema
 from gtscale.loader.batch import Batch
 from gtscale.loader.edge_batch import EdgeBatch
@@ -59,6 +63,9 @@ PEAK_FLOPS = {
     "H100": {"bf16": 989e12, "fp32": 67e12},
     "A100": {"bf16": 312e12, "fp32": 19.5e12},
 }
+
+#: Kernels (operators on the CPU) per row of --profile's table.
+PROFILE_ROWS = 15
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -83,6 +90,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--authors", type=Path, default=None, metavar="PATH",
                         help="time against the authors' code in this checkout (egt_pytorch or Graphormer; bench/authors.py)")
     parser.add_argument("--compile", action="store_true", help="also time the model under torch.compile (fullgraph), side by side with eager")
+    parser.add_argument("--profile", type=Path, default=None, metavar="FILE.md",
+                        help=f"profile one more step per row (torch.profiler) and write its {PROFILE_ROWS} costliest kernels here")
 
 
 # --- the batch ---------------------------------------------------------------------------------
@@ -195,11 +204,12 @@ def _peak_flops(device: torch.device, precision: str, override: float | None) ->
 
 
 def measure(cfg: dict, batch: Batch | EdgeBatch, precision: str, steps: int, warmup: int, threads: int,
-            device_name: str, seed: int, peak_tflops: float | None, implementation: str = "model") -> dict:
+            device_name: str, seed: int, peak_tflops: float | None, implementation: str = "model", profile: bool = False) -> dict:
     """Train `steps` timed steps on `batch`; the figures of one precision and implementation
     ("model"; "compiled": the same under torch.compile, fullgraph; or "plain": bench/reference.py's
     obvious version with the same parameters). compile_s: the first step's time beyond a timed
-    step's (tracing and code generation; the rest of the warmup is untimed)."""
+    step's (tracing and code generation; the rest of the warmup is untimed). profile: one more
+    step under torch.profiler after the timed ones (profile_step)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     from gtscale.bench.reference import plain_version
@@ -271,7 +281,7 @@ def measure(cfg: dict, batch: Batch | EdgeBatch, precision: str, steps: int, war
     achieved = flops / seconds
     peak = _peak_flops(device, precision, peak_tflops)
     num_nodes = batch.num_nodes if node_task else int(batch.node_mask.sum())
-    return {
+    result = {
         "precision": precision,
         "implementation": implementation,
         "graphs_per_s": batch.num_graphs / seconds,
@@ -286,6 +296,62 @@ def measure(cfg: dict, batch: Batch | EdgeBatch, precision: str, steps: int, war
         "optimizer": optimizer_name,
         "compile_s": max(first - seconds, 0.0) if implementation == "compiled" else None,
     }
+    if profile:
+        result["profile"] = profile_step(lambda: (step(), sync()), device)
+    return result
+
+
+def profile_step(step, device: torch.device) -> dict:
+    """Run `step` once under torch.profiler: the PROFILE_ROWS entries of most self time, on a GPU
+    its kernels (and copies) by self CUDA time, on a CPU its operators by self CPU time; `share`
+    is a fraction of the step's total (the sum over all its kernels or operators)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as profiler
+
+    cuda = device.type == "cuda"
+    with profiler(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+        step()
+    if cuda:
+        # Kernels only: an operator's self CUDA time is its kernels' time counted a second time.
+        events = [e for e in prof.key_averages() if e.device_type != DeviceType.CPU]
+        self_us = [e.self_device_time_total for e in events]
+    else:
+        events = list(prof.key_averages())
+        self_us = [e.self_cpu_time_total for e in events]
+    total = sum(self_us) or 1.0
+    top = sorted(zip(self_us, events), key=lambda pair: -pair[0])[:PROFILE_ROWS]
+    return {
+        "time": "CUDA" if cuda else "CPU",
+        "entries": "kernels" if cuda else "operators",
+        "calls": sum(e.count for e in events),
+        "total_ms": total / 1e3,
+        "rows": [{"name": e.key, "calls": e.count, "self_ms": us / 1e3, "share": us / total} for us, e in top],
+    }
+
+
+def profile_markdown(setup: dict, results: list[dict]) -> str:
+    """--profile's report: one table per profiled row."""
+    what = f"batch {setup['batch_size']} NCI molecules, padded N = {setup['padded_nodes']}" if setup["graph"] == "molecules" else \
+        f"generated graph, {setup['nodes']:,} nodes, {setup['edges']:,} edges"
+    lines = [f"# Profile of one training step: {setup['model']}", "",
+             f"`gtscale bench model --profile`: {what}; device {setup['device']}; torch {setup['torch']}. "
+             "One step (forward, backward, AdamW) after the timed ones, under torch.profiler.", ""]
+    for r in results:
+        prof = r.get("profile")
+        if prof is None:
+            continue
+        lines += [f"## {setup['model']} · {r['precision']} · {r['implementation']} ({r['graphs_per_s']:,.1f} graphs/s timed)", "",
+                  f"{prof['calls']:,} {prof['entries'][:-1]} calls, {prof['total_ms']:,.2f} ms of self {prof['time']} time in all; "
+                  f"the {len(prof['rows'])} {prof['entries']} of most self {prof['time']} time:", "",
+                  f"| # | {prof['entries'][:-1]} | calls | self ms | % of step |", "|---:|---|---:|---:|---:|"]
+        if not prof["rows"]:
+            lines.append(f"| | (none recorded: the profiler saw no {prof['time']} activity) | | | |")
+        for i, row in enumerate(prof["rows"], 1):
+            name = row["name"] if len(row["name"]) <= 100 else row["name"][:99] + "…"
+            lines.append(f"| {i} | `{name.replace('|', '¦').replace('`', '')}` | {row['calls']:,} | {row['self_ms']:,.3f} | {100 * row['share']:.1f} |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 # --- the command ---------------------------------------------------------------------------------
@@ -348,6 +414,7 @@ def run(args: argparse.Namespace) -> int:
     if args.batch_size < 1 or args.steps < 1 or args.warmup < 0 or args.threads < 1 or args.nodes < 1 or args.edges < 0 or args.graph_nodes < 1:
         raise UserError("--batch-size, --steps, --threads, --nodes and --graph-nodes must be positive, --warmup and --edges >= 0")
     claim_json(args.json)
+    claim_markdown(args.profile, "model", "--profile")
     cfg = load_model_config(args.model)
     typed = parse_model_config(cfg)
     if args.checkpointing:
@@ -390,7 +457,8 @@ def run(args: argparse.Namespace) -> int:
     for precision in args.precision:
         for implementation in implementations:
             with context.Pool(1) as pool:
-                results.append(pool.apply(measure, (cfg, batch, precision, args.steps, args.warmup, args.threads, device, args.seed, args.peak_tflops, implementation)))
+                results.append(pool.apply(measure, (cfg, batch, precision, args.steps, args.warmup, args.threads, device, args.seed, args.peak_tflops, implementation,
+                                                    args.profile is not None)))
     by_key = {(r["precision"], r["implementation"]): r for r in results}
     setup["ratios"] = [
         {
@@ -411,4 +479,7 @@ def run(args: argparse.Namespace) -> int:
     setup["load_average_after"] = os.getloadavg()[0]
     _print(setup, results)
     write_json(args.json, {"setup": setup, "results": results}, "model", indent=2)
+    if args.profile is not None:
+        write_markdown(args.profile, profile_markdown(setup, results), "model", "--profile")
+        print(f"profile of one step per row: {args.profile}")
     return 0

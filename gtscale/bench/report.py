@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
+from gtscale.errors import UserError
 from gtscale.io import atomic_write_text, claim_out_file
 
 CREATED_BY = "created_by"
@@ -28,3 +30,26 @@ def write_json(path: str | os.PathLike | None, figures: dict, bench: str, indent
     path = claim_out_file(path, _is_bench_file, "--json")
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps({CREATED_BY: f"gtscale bench {bench}", **figures}, indent=indent, default=str) + "\n")
+
+
+def _markdown_mark(bench: str) -> str:
+    return f"<!-- written by gtscale bench {bench}; a rerun replaces this file -->\n"
+
+
+def claim_markdown(path: str | os.PathLike | None, bench: str, option: str) -> None:
+    """Refuse, before the benchmark runs, an `option` path holding a file gtscale did not write
+    (a Markdown report is ours when it starts with the line write_markdown puts first)."""
+    if path is None:
+        return
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{path}: {option} needs a file here, but this is a folder")
+    if path.exists() and not path.read_text(errors="replace").startswith(_markdown_mark(bench)):
+        raise UserError(f"{path}: {option} would replace a file gtscale did not write; choose a new file name")
+
+
+def write_markdown(path: str | os.PathLike, text: str, bench: str, option: str) -> None:
+    """Write `gtscale bench <bench>`'s Markdown report to `path`, marked as gtscale's."""
+    claim_markdown(path, bench, option)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, _markdown_mark(bench) + text)
