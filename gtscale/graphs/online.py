@@ -108,7 +108,8 @@ class StoreLoader(StreamLoader):
         return len(self._stream.targets)
 
     def _sampler_settings(self) -> bytes:
-        raise NotImplementedError
+        """The sampler's settings as bytes, for the fingerprint: each sampling loader defines its own."""
+        raise NotImplementedError(f"{type(self).__name__} must define _sampler_settings")
 
     def _fingerprint(self) -> str:
         s = self._stream
