@@ -240,6 +240,10 @@ def measure(cfg: dict, batch: Batch | EdgeBatch, precision: str, steps: int, war
     compiled = eager
     if implementation == "compiled":
         prepare_inductor(CompileConfig().cache_dir)  # as training compiles: the private cache, the CPU workaround
+        if profile and device.type == "cpu":
+            # Each generated C++ kernel records itself, so that the profile names the fused kernels
+            # instead of one opaque "CompiledFxGraph" row (a codegen option: part of the cache key).
+            torch._inductor.config.cpp.enable_kernel_profile = True
         compiled = torch.compile(eager, fullgraph=True)
 
     def step(forward=compiled) -> None:
