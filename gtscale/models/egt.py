@@ -32,7 +32,7 @@ from torch import nn
 from gtscale.loader.batch import Batch
 from gtscale.models.config import EGTConfig
 from gtscale.models.embeddings import MASK_VALUE, FeatureEmbedding, embed_nodes, node_embedding
-from gtscale.models.layers import FeedForward, compute_dtype, dropout, run_layer
+from gtscale.models.layers import FeedForward, compute_dtype, dropout, keep_mask, run_layer
 from gtscale.models.outputs import Outputs
 from gtscale.models.packing import Packing
 
@@ -91,7 +91,7 @@ class EGTLayer(nn.Module):
         h_hat = logits.clamp(*self.clip).add_(bias)  # clamp's backward needs only its input
         logit_mask, gate_mask = ctx.logit_mask, ctx.gate_mask
         if self.training and self.attn_maskout > 0:
-            keep = torch.rand(h_hat.shape, device=h_hat.device) >= self.attn_maskout
+            keep, _ = keep_mask(h_hat.shape, self.attn_maskout, h_hat.device)
             logit_mask = logit_mask.masked_fill(~keep, MASK_VALUE)
             gate_mask = gate_mask * keep
         p_drop = self.attn_dropout if self.training else 0.0
@@ -115,15 +115,19 @@ class EGTLayer(nn.Module):
 
 
 class _GatedAttention(torch.autograd.Function):
-    """Eq. 4 and 8-9 fused, heads-major: with g = σ(G)·gate_mask and keep the dropout mask,
+    """Eq. 4 and 8-9 fused, heads-major: with g = σ(G)·gate_mask, keep the dropout mask and c its
+    scale (1 / keep rate),
 
-        V̂ = ((softmax(Ĥ + logit_mask) ⊙ g ⊙ keep / (1-p)) V) ⊙ s,  s_i = ln(1 + Σ_j g_ij)
+        V̂ = ((softmax(Ĥ + logit_mask) ⊙ g ⊙ keep) (c·V)) ⊙ s,  s_i = ln(1 + Σ_j g_ij)
 
     (s = 1 on the virtual nodes; num_virtual = -1 switches the scalers off). Autograd would keep
     the softmax, the sigmoid, the gated map, the dropout mask and the dropped map of every layer
     for backward; this keeps the softmax, the gates and a byte mask, and recomputes the map.
-    σ'(G)·gate_mask = g(1 - g) because gate_mask is 0 or 1. Runs in Ĥ's dtype with autocast off:
-    under autocast its inputs already come in the low-precision dtype."""
+    Every pass over a [heads, B, M, M] map costs more than the matrix products around it on a CPU
+    (M is small), so the dropout scale c rides on V and on the incoming gradient ([.., M, d], d < M)
+    instead of the map, and σ'(G)·gate_mask = g(1 - g) (gate_mask is 0 or 1) is one
+    sigmoid_backward pass. Runs in Ĥ's dtype with autocast off: under autocast its inputs already
+    come in the low-precision dtype."""
 
     @staticmethod
     def forward(ctx, h_hat, gate_logits, v, logit_mask, gate_mask, p_drop: float, num_virtual: int):
@@ -132,12 +136,12 @@ class _GatedAttention(torch.autograd.Function):
             probs = torch.softmax(h_hat + logit_mask.to(dtype), dim=-1)
             gates = torch.sigmoid(gate_logits.to(dtype)).mul_(gate_mask.to(dtype))
             attn = probs * gates
-            keep = None
+            keep, scale = None, 1.0
             if p_drop > 0:
-                keep = torch.rand(attn.shape, device=attn.device) >= p_drop
-                attn.mul_(keep).mul_(1.0 / (1.0 - p_drop))
+                keep, scale = keep_mask(attn.shape, p_drop, attn.device)
+                attn.mul_(keep)
             v = v.to(dtype)
-            out = torch.matmul(attn, v)
+            out = torch.matmul(attn, v * scale if keep is not None else v)
             scaler = degree = None
             if num_virtual >= 0:
                 degree = gates.sum(dim=-1, keepdim=True)
@@ -147,7 +151,7 @@ class _GatedAttention(torch.autograd.Function):
                 out = out * scaler
             else:
                 ctx.save_for_backward(probs, gates, keep, v, None, None, None)
-        ctx.p_drop, ctx.num_virtual = p_drop, num_virtual
+        ctx.scale, ctx.num_virtual = scale, num_virtual
         return out
 
     @staticmethod
@@ -158,20 +162,22 @@ class _GatedAttention(torch.autograd.Function):
         if scaler is not None:
             d_degree = (grad * out).sum(dim=-1, keepdim=True).div_(degree + 1)
             d_degree[:, :, :ctx.num_virtual] = 0.0
-            grad = grad * scaler
+            grad = grad * (scaler * ctx.scale if keep is not None else scaler)
+        elif keep is not None:
+            grad = grad * ctx.scale
         attn = probs * gates
         if keep is not None:
-            attn.mul_(keep).mul_(1.0 / (1.0 - ctx.p_drop))
+            attn.mul_(keep)
         d_v = torch.matmul(attn.transpose(-1, -2), grad)
         del attn
         d_attn = torch.matmul(grad, v.transpose(-1, -2))
         if keep is not None:
-            d_attn.mul_(keep).mul_(1.0 / (1.0 - ctx.p_drop))
+            d_attn.mul_(keep)
         d_probs = d_attn * gates
         d_gates = d_attn.mul_(probs)
         if d_degree is not None:
             d_gates.add_(d_degree)
-        d_gate_logits = d_gates.mul_(gates).mul_(1.0 - gates)
+        d_gate_logits = torch.ops.aten.sigmoid_backward(d_gates, gates)
         d_h_hat = torch._softmax_backward_data(d_probs, probs, -1, probs.dtype)
         return d_h_hat, d_gate_logits, d_v, None, None, None, None
 

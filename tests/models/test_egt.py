@@ -199,6 +199,7 @@ def test_fused_gated_attention_gradients(num_virtual):
     """The hand-written backward of eq. 4 and 8-9 against autograd on the plain expression, with
     attention dropout on (same RNG draw) and one fully masked row."""
     from gtscale.models.egt import _GatedAttention
+    from gtscale.models.layers import keep_mask
 
     torch.manual_seed(0)
     shape, p = (2, 3, 5, 5), 0.3
@@ -218,8 +219,8 @@ def test_fused_gated_attention_gradients(num_virtual):
         else:
             h, g, vv = inputs
             gates = torch.sigmoid(g) * gate_mask
-            keep = torch.rand(shape) >= p
-            attn = torch.softmax(h + logit_mask, dim=-1) * gates * keep / (1 - p)
+            keep, scale = keep_mask(shape, p, h.device)
+            attn = torch.softmax(h + logit_mask, dim=-1) * gates * keep * scale
             out = attn @ vv
             if num_virtual >= 0:
                 scaler = torch.log1p(gates.sum(-1, keepdim=True))
