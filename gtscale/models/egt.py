@@ -123,9 +123,9 @@ class _GatedAttention(torch.autograd.Function):
     (s = 1 on the virtual nodes; num_virtual = -1 switches the scalers off). Autograd would keep
     the softmax, the sigmoid, the gated map, the dropout mask and the dropped map of every layer
     for backward; this keeps the softmax, the gates and a byte mask, and recomputes the map.
-    Every pass over a [heads, B, M, M] map costs more than the matrix products around it on a CPU
-    (M is small), so the dropout scale c rides on V and on the incoming gradient ([.., M, d], d < M)
-    instead of the map, and σ'(G)·gate_mask = g(1 - g) (gate_mask is 0 or 1) is one
+    Elementwise passes over the [heads, B, M, M] maps are most of a layer's time outside its
+    matrix products, so the dropout scale c rides on V and on the incoming gradient ([.., M, d],
+    smaller than the map when d < M) instead of the map, and σ'(G)·gate_mask = g(1 - g) (gate_mask is 0 or 1) is one
     sigmoid_backward pass. Runs in Ĥ's dtype with autocast off: under autocast its inputs already
     come in the low-precision dtype."""
 
