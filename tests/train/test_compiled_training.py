@@ -14,13 +14,17 @@ from launcher import logs, metrics, run_ranks, start_ranks, wait_all, write_conf
 
 pytestmark = pytest.mark.slow
 
+#: launcher.py's tiny EGT with one layer and no SVD encoding: each kernel of each graph is a C++ build
+#: of its own (~1-2 s on 2 cores), and what is checked here is the trainer's compiled path, not the model.
+MODEL = {"num_layers": 1, "node_width": 32, "edge_width": 8, "num_heads": 4, "attn_dropout": 0.0, "num_virtual_nodes": 1, "svd_rank": 0}
+
 LOADER = {"batching": "node_budget", "node_budget": 512, "bucket_boundaries": [21, 123], "pad_to_bucket": True, "num_workers": 1,
           "shuffle_buffer": 100, "epoch_batches": 12}
 
 
 def test_compiled_training_matches_eager_compiles_per_bucket_and_resumes_from_the_cache(tpsa_shards, tmp_path):
     cache = tmp_path / "inductor"
-    sections = dict(data={"loader": LOADER}, schedule={"total_steps": 8, "warmup_steps": 2})
+    sections = dict(data={"loader": LOADER}, schedule={"total_steps": 8, "warmup_steps": 2}, model_overrides=MODEL)
     eager = write_config(tmp_path / "eager.yaml", tpsa_shards, tmp_path / "eager", **sections)
     compiled = write_config(tmp_path / "compiled.yaml", tpsa_shards, tmp_path / "compiled", **sections,
                             compile={"enabled": True, "cache_dir": str(cache)}, checkpoint={"every": 4})
