@@ -91,4 +91,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    # The interpreter's last garbage collection at exit walks every object torch, DeepSpeed and the
+    # run left behind: ~3 s per training rank on 2 busy cores, after all work is done and flushed.
+    # Frozen objects are skipped by it; the OS reclaims the memory. (Process entry only: an
+    # in-process main() keeps the caller's collector as it was.)
+    import gc
+
+    gc.freeze()
+    sys.exit(status)
