@@ -38,7 +38,7 @@ from gtscale.loader.batch import Batch
 from gtscale.format.schema import SPD_UNREACHABLE
 from gtscale.models.config import GraphormerConfig
 from gtscale.models.embeddings import MASK_VALUE, FeatureEmbedding, embed_nodes, node_embedding
-from gtscale.models.layers import FeedForward, compute_dtype, dropout, run_layer
+from gtscale.models.layers import FeedForward, compute_dtype, dropout, keep_mask, run_layer
 from gtscale.models.outputs import Outputs
 from gtscale.models.packing import Packing
 
@@ -75,11 +75,26 @@ class GraphormerLayer(nn.Module):
         b, m, heads = packing.num_graphs, packing.size, self.num_heads
         qkv = packing.unpack_tokens(self.qkv(x))
         q, k, v = qkv.view(b, m, 3, heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=bias, dropout_p=self.attention_dropout if self.training else 0.0
-        )
+        p_drop = self.attention_dropout if self.training else 0.0
+        if p_drop > 0 and q.device.type == "cpu":
+            out = attention_with_dropout(q, k, v, bias, p_drop)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p_drop)
         out = packing.pack_tokens(out.transpose(1, 2).reshape(b, m, -1))
         return dropout(self.out(out), self.dropout, self.training)
+
+
+def attention_with_dropout(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, p: float) -> torch.Tensor:
+    """softmax(q kᵀ / √d + bias) with dropout p, times v: scaled_dot_product_attention's math
+    written out, for CPU training. There SDPA has no fused kernel that takes dropout and runs this
+    same math, drawing the mask with torch's bernoulli sampler: 11 % of a graphormer-base training
+    step (`gtscale bench model --profile`); layers.keep_mask draws it for less, and its scale rides
+    on v ([.., M, d]) rather than on the map. (bias is finite, MASK_VALUE where masked: no row is
+    all -inf, so the plain softmax is SDPA's safe one.)"""
+    scores = torch.matmul(q * q.shape[-1] ** -0.5, k.transpose(-1, -2)) + bias
+    attn = torch.softmax(scores, dim=-1)
+    keep, scale = keep_mask(attn.shape, p, attn.device)
+    return torch.matmul(attn * keep, v * scale)
 
 
 class PathEncoding(nn.Module):
