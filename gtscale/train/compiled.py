@@ -91,10 +91,19 @@ def apply_codegen_workarounds() -> None:
     """Inductor's C++ kernels at 512-bit vectors corrupt the heap in Graphormer's compiled backward
     with two or more OpenMP threads (torch 2.13 on an AVX-512 Xeon: `free(): invalid size` inside
     aten._embedding_bag_backward, the process aborts; one thread, aot_eager or 256-bit vectors
-    pass). On such CPUs inductor generates 256-bit (AVX2) kernels instead; the setting is part of
-    inductor's cache key, so no 512-bit kernel is reused from a cache. GPU (Triton) code is unaffected."""
+    pass). On such CPUs, with two or more threads, inductor generates 256-bit (AVX2) kernels instead;
+    the setting is part of
+    inductor's cache key, so no 512-bit kernel is reused from a cache. GPU (Triton) code is unaffected.
+
+    The 256-bit kernels have a bug of their own, on one thread: the last, partial vector of an
+    indirect scatter reads or writes past its lanes (EGT's pair scatter with a pair count that is
+    not a multiple of 8 fails inductor's bounds check, "index out of bounds", and segfaults when
+    the check is off), which `gtscale bench train` with compile on hit at its one model thread. At
+    one thread the 512-bit kernels pass every model (the abort needs two threads), so the width is
+    chosen by the thread count the compiling process runs with (tests/models/test_compiled.py
+    covers both)."""
     if torch.backends.cpu.get_cpu_capability().startswith("AVX512"):
-        torch._inductor.config.cpp.simdlen = 256
+        torch._inductor.config.cpp.simdlen = 256 if torch.get_num_threads() > 1 else None
 
 
 def compile_options(mode: str, static_shapes: bool) -> dict:

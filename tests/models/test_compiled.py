@@ -77,3 +77,32 @@ def test_compiled_equals_eager_in_one_graph(name, graphs, two_threads):
 
 def test_each_variant_left_to_aot_names_a_sibling_that_inductor_compiles():
     assert all(name in VARIANTS and sibling in VARIANTS and sibling not in NO_CODEGEN for name, sibling in NO_CODEGEN.items())
+
+
+def test_egt_compiled_on_one_thread_equals_eager(graphs):
+    """One thread, gtscale's codegen settings, a padded batch whose pair count is not a multiple of
+    the vector width: with the 256-bit kernels of the workaround above, EGT's pair scatter went past
+    its last partial vector ("index out of bounds"), which `gtscale bench train` with compile on
+    hit at its one model thread; at one thread gtscale keeps inductor's default width."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        reset_compile_state()
+        apply_codegen_workarounds()
+        torch.manual_seed(0)
+        model = build_model(TINY_EGT).train()
+        head = build_head({"kind": "graph", "num_outputs": 2}, model)
+        batch = make_batch(graphs)
+        b, n = batch.node_mask.shape
+        pad = next(p for p in range(n, n + 8) if b * (p + TINY_EGT["num_virtual_nodes"]) ** 2 % 8)
+        batch = batch.padded(b + 1, pad)  # a filler graph and full-length index lists, as pad_to_bucket makes them
+
+        def eager(batch):
+            return head(model(batch))
+
+        compiled = torch.compile(eager, fullgraph=True, dynamic=False)
+        expected, got = _run(model, head, batch, eager), _run(model, head, batch, compiled)
+        for a, c in zip(expected, got):
+            torch.testing.assert_close(c, a, rtol=1e-5, atol=1e-5)
+    finally:
+        torch.set_num_threads(threads)
