@@ -11,6 +11,8 @@ Each layer updates node channels h and edge channels e. Per head, with ĥ = LN(h
 Parameterisation follows the authors' PyTorch code (shamim-hussain/egt_pytorch) so that the
 parameter counts agree: the edge channels are not updated in the last layer unless an edge
 output is asked for (`output_edges`), and the graph output is the concatenated virtual nodes.
+Departure in training: dropout masks are drawn by layers.keep_mask (drop rates exact to 2⁻¹⁷,
+not to float precision).
 Departure (gtscale's addition for graphs that are not molecules): with node_float_dim > 0 the
 input node channels are a linear map of the continuous node features (Batch.node_feat_float)
 instead of the authors' categorical embedding table.

@@ -14,7 +14,9 @@ released PCQM4Mv2 checkpoints, differs: `embedding_ln` (LayerNorm on h⁰ before
 `post_ln` (h' = LN(h + MHA(h)), h = LN(h' + FFN(h'))) and no final LayerNorm (`final_ln: false`).
 Departures from the authors' code: padding keys get MASK_VALUE instead of -inf, and the collator's
 optional -inf on pairs beyond `spatial_pos_max` hops is not reproduced (PCQM4Mv2 molecules stay
-far below its default).
+far below its default). In training, dropout masks are drawn by layers.keep_mask (drop rates
+exact to 2⁻¹⁷, not to float precision), and on a CPU attention dropout runs outside SDPA
+(attention_with_dropout: the same math with those draws).
 Tables and vocabularies follow microsoft/Graphormer (graphormer_layers.py), so that
 graphormer-base with PCQM4Mv2's vocabularies has its published 47.1M parameters.
 
