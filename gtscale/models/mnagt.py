@@ -24,7 +24,8 @@ each graph, as in the paper: it runs padded per graph, [B, heads, M, M], by torc
 Interpretations, with reasons (no code to compare against):
 - The virtual node of the `virtual` readout joins every kernel's attention (it attends and is
   attended) but no propagation: it has no edges, so ÂᵏX leaves it unchanged.
-- Dropout after the attention output and the FFN, and on attention weights (paper: "dropout").
+- Dropout after the attention output and the FFN, and on attention weights (paper: "dropout");
+  the first two draw their masks by layers.keep_mask (drop rates exact to 2⁻¹⁷).
 """
 
 from __future__ import annotations
