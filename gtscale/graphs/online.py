@@ -22,6 +22,7 @@ depends only on (sampler seed, target), and both build records with `subgraph_re
 
 from __future__ import annotations
 
+import abc
 import hashlib
 import json
 from dataclasses import asdict
@@ -97,7 +98,7 @@ class EgoStream(ShardStream):
         return super()._collate(full, ordinal, worker, skipped)
 
 
-class StoreLoader(StreamLoader):
+class StoreLoader(StreamLoader, abc.ABC):
     """`StreamLoader` over a stream that samples a graph store's target nodes online: the same
     iteration, epochs, state_dict and filler batches. Its fingerprint (what a resumed position
     must match) is the store's manifest, the targets and the sampler's settings."""
@@ -107,9 +108,9 @@ class StoreLoader(StreamLoader):
         """Target nodes of the split (evaluation scores each once)."""
         return len(self._stream.targets)
 
+    @abc.abstractmethod
     def _sampler_settings(self) -> bytes:
         """The sampler's settings as bytes, for the fingerprint: each sampling loader defines its own."""
-        raise NotImplementedError(f"{type(self).__name__} must define _sampler_settings")
 
     def _fingerprint(self) -> str:
         s = self._stream

@@ -3,6 +3,7 @@ block, the compute dtype under autocast, and per-layer activation checkpointing.
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
@@ -29,9 +30,7 @@ def keep_mask(shape: torch.Size | tuple[int, ...], p: float, device: torch.devic
     per-element Philox draw is a compiled step's costliest kernel. The drop rate is p to within
     2⁻¹⁷ (k / 2¹⁶ exactly), and `scale` is the inverse of the keep rate actually used, so that the
     expectation of the dropped tensor is exact."""
-    numel = 1
-    for size in shape:
-        numel *= size
+    numel = math.prod(shape)
     dropped = round(p * _KEEP_LEVELS)
     if dropped >= _KEEP_LEVELS:  # p = 1: nothing kept (the threshold would not fit in 16 bits)
         return torch.zeros(shape, dtype=torch.bool, device=device), 0.0

@@ -92,8 +92,8 @@ def apply_codegen_workarounds() -> None:
     with two or more OpenMP threads (torch 2.13 on an AVX-512 Xeon: `free(): invalid size` inside
     aten._embedding_bag_backward, the process aborts; one thread, aot_eager or 256-bit vectors
     pass). On such CPUs, with two or more threads, inductor generates 256-bit (AVX2) kernels instead;
-    the setting is part of
-    inductor's cache key, so no 512-bit kernel is reused from a cache. GPU (Triton) code is unaffected.
+    the setting is part of inductor's cache key, so no 512-bit kernel is reused from a cache. GPU
+    (Triton) code is unaffected.
 
     The 256-bit kernels have a bug of their own, on one thread: the last, partial vector of an
     indirect scatter reads or writes past its lanes (EGT's pair scatter with a pair count that is
