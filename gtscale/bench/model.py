@@ -22,8 +22,8 @@ labels, as one EdgeBatch (MNA-GT: split into graphs of --graph-nodes nodes, its 
 the loss is App. C's weighted BCE of a node head, the figures nodes/s and peak memory.
 
 --profile FILE.md: after the timed steps each row (precision × implementation) trains one more
-step under torch.profiler, and FILE.md gets, per row, the PROFILE_ROWS kernels (CUDA; CPU: the
-operators) of most self time, with their calls and share of the step's total.
+step under torch.profiler, and FILE.md gets, per row, the --profile-rows (15) kernels (CUDA; CPU:
+the operators) of most self time, with their calls and share of the step's total.
 
 For ET and MNA-GT a plain implementation written the obvious way (bench/reference.py: ET's
 update by autograd of the energy, MNA-GT's Âᵏ X by dense products) runs in the same invocation on
@@ -50,7 +50,7 @@ from gtscale.loader.batch import Batch
 from gtscale.loader.edge_batch import EdgeBatch
 from gtscale.errors import UserError
 from gtscale.models import build_head, build_model, load_model_config, parse_model_config
-from gtscale.train.compiled import prepare_inductor
+from gtscale.train.compiled import prepare_inductor, private_cache_dir
 from gtscale.train.config import CompileConfig
 
 #: PCQM4Mv2's heavy-atom counts: 1..51, mean 14.1.
@@ -91,7 +91,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="time against the authors' code in this checkout (egt_pytorch or Graphormer; bench/authors.py)")
     parser.add_argument("--compile", action="store_true", help="also time the model under torch.compile (fullgraph), side by side with eager")
     parser.add_argument("--profile", type=Path, default=None, metavar="FILE.md",
-                        help=f"profile one more step per row (torch.profiler) and write its {PROFILE_ROWS} costliest kernels here")
+                        help=f"profile one more step per row (torch.profiler) and write its costliest kernels here (--profile-rows)")
+    parser.add_argument("--profile-rows", type=int, default=PROFILE_ROWS, metavar="N",
+                        help=f"kernels (CPU: operators) per row of --profile's table (default {PROFILE_ROWS})")
+    parser.add_argument("--compile-cache", type=Path, default=Path(CompileConfig().cache_dir), metavar="DIR",
+                        help="inductor's cache for --compile (default: training's compile.cache_dir; it must be private to you)")
 
 
 # --- the batch ---------------------------------------------------------------------------------
@@ -204,12 +208,14 @@ def _peak_flops(device: torch.device, precision: str, override: float | None) ->
 
 
 def measure(cfg: dict, batch: Batch | EdgeBatch, precision: str, steps: int, warmup: int, threads: int,
-            device_name: str, seed: int, peak_tflops: float | None, implementation: str = "model", profile: bool = False) -> dict:
+            device_name: str, seed: int, peak_tflops: float | None, implementation: str = "model", profile_rows: int = 0,
+            compile_cache: str | Path = CompileConfig().cache_dir) -> dict:
     """Train `steps` timed steps on `batch`; the figures of one precision and implementation
     ("model"; "compiled": the same under torch.compile, fullgraph; or "plain": bench/reference.py's
     obvious version with the same parameters). compile_s: the first step's time beyond a timed
-    step's (tracing and code generation; the rest of the warmup is untimed). profile: one more
-    step under torch.profiler after the timed ones (profile_step)."""
+    step's (tracing and code generation; the rest of the warmup is untimed; compile_cache: inductor's
+    cache). profile_rows > 0: one more step under torch.profiler after the timed ones, and its
+    profile_rows costliest entries (profile_step)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     from gtscale.bench.reference import plain_version
@@ -239,8 +245,8 @@ def measure(cfg: dict, batch: Batch | EdgeBatch, precision: str, steps: int, war
     # FLOPs are counted on the eager forward: a counting dispatch mode and a compiled graph exclude each other
     compiled = eager
     if implementation == "compiled":
-        prepare_inductor(CompileConfig().cache_dir)  # as training compiles: the private cache, the CPU workaround
-        if profile and device.type == "cpu":
+        prepare_inductor(compile_cache)  # as training compiles: the private cache, the CPU workaround
+        if profile_rows and device.type == "cpu":
             # Each generated C++ kernel records itself, so that the profile names the fused kernels
             # instead of one opaque "CompiledFxGraph" row (a codegen option: part of the cache key).
             torch._inductor.config.cpp.enable_kernel_profile = True
@@ -300,13 +306,13 @@ def measure(cfg: dict, batch: Batch | EdgeBatch, precision: str, steps: int, war
         "optimizer": optimizer_name,
         "compile_s": max(first - seconds, 0.0) if implementation == "compiled" else None,
     }
-    if profile:
-        result["profile"] = profile_step(lambda: (step(), sync()), device)
+    if profile_rows:
+        result["profile"] = profile_step(lambda: (step(), sync()), device, profile_rows)
     return result
 
 
-def profile_step(step, device: torch.device) -> dict:
-    """Run `step` once under torch.profiler: the PROFILE_ROWS entries of most self time, on a GPU
+def profile_step(step, device: torch.device, rows: int = PROFILE_ROWS) -> dict:
+    """Run `step` once under torch.profiler: the `rows` entries of most self time, on a GPU
     its kernels (and copies) by self CUDA time, on a CPU its operators by self CPU time; `share`
     is a fraction of the step's total (the sum over all its kernels or operators)."""
     from torch.autograd import DeviceType
@@ -324,7 +330,7 @@ def profile_step(step, device: torch.device) -> dict:
         events = list(prof.key_averages())
         self_us = [e.self_cpu_time_total for e in events]
     total = sum(self_us) or 1.0
-    top = sorted(zip(self_us, events), key=lambda pair: -pair[0])[:PROFILE_ROWS]
+    top = sorted(zip(self_us, events), key=lambda pair: -pair[0])[:rows]
     return {
         "time": "CUDA" if cuda else "CPU",
         "entries": "kernels" if cuda else "operators",
@@ -415,8 +421,11 @@ def run(args: argparse.Namespace) -> int:
         from gtscale.bench.authors import run_authors
 
         return run_authors(args)
-    if args.batch_size < 1 or args.steps < 1 or args.warmup < 0 or args.threads < 1 or args.nodes < 1 or args.edges < 0 or args.graph_nodes < 1:
-        raise UserError("--batch-size, --steps, --threads, --nodes and --graph-nodes must be positive, --warmup and --edges >= 0")
+    if args.batch_size < 1 or args.steps < 1 or args.warmup < 0 or args.threads < 1 or args.nodes < 1 or args.edges < 0 or args.graph_nodes < 1 \
+            or args.profile_rows < 1:
+        raise UserError("--batch-size, --steps, --threads, --nodes, --graph-nodes and --profile-rows must be positive, --warmup and --edges >= 0")
+    if args.compile:
+        private_cache_dir(args.compile_cache)  # refused here, in one line, rather than in the row's process
     claim_json(args.json)
     claim_markdown(args.profile, "model", "--profile")
     cfg = load_model_config(args.model)
@@ -462,7 +471,7 @@ def run(args: argparse.Namespace) -> int:
         for implementation in implementations:
             with context.Pool(1) as pool:
                 results.append(pool.apply(measure, (cfg, batch, precision, args.steps, args.warmup, args.threads, device, args.seed, args.peak_tflops, implementation,
-                                                    args.profile is not None)))
+                                                    args.profile_rows if args.profile is not None else 0, args.compile_cache)))
     by_key = {(r["precision"], r["implementation"]): r for r in results}
     setup["ratios"] = [
         {
