@@ -33,7 +33,9 @@ class LoaderConfig:
     num_workers: int = 2  # DataLoader worker processes per rank; 0 = load in the training process
     prefetch_factor: int = 2  # batches each worker prepares ahead
     pin_memory: bool = False  # page-locked batches, for faster host→GPU copies
-    start_method: Literal["fork", "spawn", "forkserver"] | None = None  # how workers start; None = Python's default for this process
+    # how workers start: "forkserver" forks them from a fresh single-threaded process (a training rank's
+    # threads make forking it unsafe: loader/workers.py); None = Python's default for this process
+    start_method: Literal["fork", "spawn", "forkserver"] | None = "forkserver"
     on_error: Literal["raise", "skip"] = "raise"  # corrupt shard or sample: stop naming it, or skip it (counted, logged)
     verify_checksums: bool = True  # compare every shard's size and sha256 with the manifest before reading it
     keys: list[str] = field(default_factory=lambda: [schema.SPD, schema.IN_DEGREE, schema.OUT_DEGREE, schema.SVD_PE, schema.Y])  # optional Batch fields the model needs (collate.BATCH_KEYS)

@@ -16,9 +16,10 @@ flips are drawn from a generator seeded per batch, so replay needs no RNG state.
 
 Workers are started afresh for every epoch (no persistent workers): the epoch and the position
 travel to them inside the dataset object. In training, the next epoch's workers are started a few
-batches before the current epoch ends, so their start-up overlaps training. Ranks started by `torch.multiprocessing.spawn` would
-spawn their workers too, re-importing torch every epoch; `start_method: fork` avoids that (ranks
-started by torchrun, srun or deepspeed fork by default). The resume rule relies on the
+batches before the current epoch ends, so their start-up overlaps training. They are forked from
+the rank's fork server (`start_method: forkserver`, the default; `gtscale.loader.workers` says why
+a rank is never forked), which has imported the loader once, so a worker starts in milliseconds;
+`spawn` would re-import torch in every worker of every epoch. The resume rule relies on the
 DataLoader delivering workers' items in round-robin order, which is its default (`in_order`).
 """
 
@@ -45,6 +46,7 @@ from gtscale.loader.collate import collate, record_keys
 from gtscale.loader.config import LoaderConfig
 from gtscale.loader.filler import filler_record
 from gtscale.loader.slots import ShardStream, identity, ignore_stop_signals, Item
+from gtscale.loader.workers import worker_context
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +126,7 @@ class StreamLoader:
                 prefetch_factor=self.config.prefetch_factor,
                 pin_memory=self.config.pin_memory,
                 persistent_workers=False,
-                multiprocessing_context=self.config.start_method,
+                multiprocessing_context=worker_context(self.config.start_method),
                 worker_init_fn=ignore_stop_signals,
             )
         )

@@ -137,10 +137,17 @@ class HeadConfig:
     # G, width of Batch.graph_feat (molecule-level features, `gtscale shard --graph-features`), read
     # beside the model output; set from the shards' manifest, 0 = none
     graph_features: int = 0
+    # "mlp": dropout on the input of every linear layer (chemprop's FFN dropout), the first one
+    # included: on small fine-tuning sets a 2,048-bit fingerprint beside the graph invites overfitting
+    dropout: float = 0.0
 
     def __post_init__(self):
         if self.num_outputs < 1 or self.max_hops < 1 or any(w < 1 for w in self.hidden) or self.graph_features < 0:
             raise ValueError("num_outputs, max_hops and hidden widths must be positive, graph_features >= 0")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"head dropout must be in [0, 1), got {self.dropout}")
+        if self.dropout and self.form == "graphormer":
+            raise ValueError("head dropout belongs to the mlp form; fairseq's graphormer head has none")
         if self.kind == "distance" and self.graph_features:
             raise ValueError("the distance head reads pair embeddings only; it takes no graph_features")
         if self.form == "graphormer" and (self.hidden or self.kind == "distance"):

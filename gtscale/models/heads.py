@@ -25,22 +25,24 @@ from torch import nn
 
 from gtscale.loader.batch import Batch
 from gtscale.models.config import HeadConfig
-from gtscale.models.layers import ACTIVATIONS
+from gtscale.models.layers import ACTIVATIONS, dropout
 from gtscale.models.outputs import Outputs
 
 
 class MLP(nn.Module):
-    """Linear layers with an activation between them (none after the last)."""
+    """Linear layers with an activation between them (none after the last), dropout rate `p` on
+    the input of each (chemprop's FFN)."""
 
-    def __init__(self, widths: list[int], activation: str):
+    def __init__(self, widths: list[int], activation: str, p: float = 0.0):
         super().__init__()
         self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
         self.act = ACTIVATIONS[activation]
+        self.p = p
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.layers[0](x)
+        x = self.layers[0](dropout(x, self.p, self.training))
         for layer in self.layers[1:]:
-            x = layer(self.act(x))
+            x = layer(dropout(self.act(x), self.p, self.training))
         return x
 
 
@@ -71,7 +73,7 @@ class Head(nn.Module):
         if cfg.form == "graphormer":
             self.mlp = GraphormerOutput(in_dim, out, cfg.activation)
         else:
-            self.mlp = MLP([in_dim, *cfg.hidden, out], cfg.activation)
+            self.mlp = MLP([in_dim, *cfg.hidden, out], cfg.activation, cfg.dropout)
 
     def forward(self, outputs: Outputs, graph_feat: torch.Tensor | None = None) -> torch.Tensor:
         field = "edge" if self.cfg.kind == "distance" else self.cfg.kind

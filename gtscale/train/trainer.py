@@ -65,6 +65,7 @@ import yaml
 from gtscale.config import to_dict
 from gtscale.loader.batch import Batch
 from gtscale.loader.edge_batch import EdgeBatch
+from gtscale.loader.workers import start_fork_server
 from gtscale.train.distributed_eval import EvaluationStopped, lockstep
 from gtscale.errors import UserError
 from gtscale.io import atomic_write_text
@@ -92,6 +93,8 @@ class Trainer:
         self.run_dir = Path(cfg.run_dir)
         self.ckpt_dir = self.run_dir / "checkpoints"
         self._lock: run_lock.RunLock | None = None
+        if cfg.data.loader.num_workers and cfg.data.loader.start_method == "forkserver":
+            start_fork_server()  # its imports overlap the process group's and the engine's set-up
         self._owns_group = join_process_group()
         try:
             self._build(cfg, resume)

@@ -96,3 +96,32 @@ def test_graph_features_change_the_prediction(graphs):
     outputs = model(make_batch(graphs))
     a, b = head(outputs, torch.zeros(len(graphs), 3)), head(outputs, torch.ones(len(graphs), 3))
     assert not torch.allclose(a, b)
+
+
+def test_head_dropout_drops_the_inputs_of_every_layer_in_training_only(graphs):
+    _, head, batch = _run(TINY_EGT, {"kind": "graph", "hidden": [64], "dropout": 0.5}, graphs)
+    x = torch.randn(4096, head.mlp.layers[0].in_features)
+    first, second = head.mlp.layers
+    seen = []
+    hooks = [layer.register_forward_pre_hook(lambda module, args: seen.append(args[0])) for layer in (first, second)]
+    head.train()
+    head.mlp(x)
+    for hook in hooks:
+        hook.remove()
+    dropped_in, dropped_hidden = seen
+    # the first layer's input: half the elements zeroed, the rest doubled (inverted dropout)
+    zero = dropped_in == 0
+    assert 0.45 < zero.float().mean() < 0.55
+    torch.testing.assert_close(dropped_in[~zero], 2 * x[~zero])
+    assert 0.45 < (dropped_hidden == 0).float().mean() < 0.55  # and the hidden layer's input
+    head.eval()
+    plain = build_head({"kind": "graph", "hidden": [64]}, build_model(TINY_EGT))
+    plain.load_state_dict(head.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(head.mlp(x), plain.eval().mlp(x))  # evaluation sees no dropout
+
+
+@pytest.mark.parametrize("bad, match", [({"dropout": 1.0}, "head dropout"), ({"form": "graphormer", "dropout": 0.1}, "mlp form")])
+def test_head_dropout_is_checked(bad, match):
+    with pytest.raises(UserError, match=match):
+        build_head({"kind": "graph", **bad}, build_model(TINY_EGT))
