@@ -12,7 +12,8 @@ about one run in twenty under load: the evaluation loader's worker stuck in
 
 A fork server is a fresh, single-threaded process started once per rank (fork + exec, no Python
 runs between them); it imports the loader's modules once (PRELOAD) and forks every worker from
-itself, so a worker still starts in milliseconds and no worker inherits a rank's threads.
+itself, so a worker still starts in milliseconds and no worker inherits a rank's threads. It dies
+with its rank, taking the workers with it (worker_server.py).
 `start_method: fork` (LoaderConfig) keeps the old behaviour for single-threaded callers.
 """
 
@@ -21,9 +22,9 @@ from __future__ import annotations
 import multiprocessing
 from multiprocessing.context import BaseContext
 
-#: What the fork server imports before it forks a worker: what unpickling a loader's stream needs
-#: (torch, webdataset, numpy and the loader itself), so that each worker does not import it again.
-PRELOAD = ["gtscale.loader.stream"]
+#: What the fork server imports before it forks a worker: worker_server ties the server's life to
+#: its rank's and imports the loader (torch, webdataset, numpy), so workers import nothing.
+PRELOAD = ["gtscale.loader.worker_server"]
 
 _server_started = False
 

@@ -6,6 +6,10 @@ happens to copy a held lock is chance, so what is checked is the cause: with the
 configuration no worker is forked from the process that iterates the loader."""
 
 import os
+import signal
+import subprocess
+import sys
+import time
 from dataclasses import replace
 
 from gtscale.loader.config import LoaderConfig
@@ -41,9 +45,51 @@ def _forked_workers(shards, tmp_path, **overrides) -> tuple[int, int]:
 
 
 def test_workers_are_not_forked_from_the_loading_process_by_default(nci_shards, tmp_path):
-    assert LoaderConfig().start_method == "forkserver" and PRELOAD == ["gtscale.loader.stream"]
+    assert LoaderConfig().start_method == "forkserver" and PRELOAD == ["gtscale.loader.worker_server"]
     samples, forked = _forked_workers(nci_shards, tmp_path)
     assert samples > 0 and forked == 0
     # the check sees a fork: `start_method: fork` (kept for single-threaded callers) forks each worker here
     samples_fork, forked = _forked_workers(nci_shards, tmp_path, start_method="fork")
     assert samples_fork == samples and forked == 2
+
+
+def _session_members(sid: int) -> list[int]:
+    members = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if entry.isdigit() and int(fields[3]) == sid and fields[0] != "Z":
+            members.append(int(entry))
+    return members
+
+
+def test_a_killed_loading_process_takes_its_fork_server_and_workers_with_it(nci_shards):
+    """A worker's parent is the fork server, so torch's orphan check (parent pid changed) only fires
+    once the server is gone: the server must die with the process that started it."""
+    script = (
+        "import sys, time\n"
+        "from gtscale.loader.config import LoaderConfig\n"
+        "from gtscale.loader.stream import build_loader\n"
+        f"loader = build_loader(sys.argv[1], 'train', LoaderConfig(node_budget=256, num_workers=2, keys={KEYS!r}), train=True, rank=0, world_size=1)\n"
+        "batches = iter(loader)\n"
+        "next(batches)\n"
+        "print('loading', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script, str(nci_shards)], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout.readline().strip() == "loading"
+        helpers = [pid for pid in _session_members(proc.pid) if pid != proc.pid]
+        assert len(helpers) >= 3, helpers  # the fork server and two workers (and the resource tracker)
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 30
+        while _session_members(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _session_members(proc.pid) == []
+    finally:
+        for pid in _session_members(proc.pid):
+            os.kill(pid, signal.SIGKILL)
