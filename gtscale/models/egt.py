@@ -35,6 +35,7 @@ from gtscale.loader.batch import Batch
 from gtscale.models.config import EGTConfig
 from gtscale.models.embeddings import MASK_VALUE, FeatureEmbedding, embed_nodes, node_embedding
 from gtscale.models.layers import FeedForward, compute_dtype, dropout, keep_mask, run_layer
+from gtscale.models.linear import Linear, matmul_nt
 from gtscale.models.outputs import Outputs
 from gtscale.models.packing import Packing
 
@@ -66,14 +67,14 @@ class EGTLayer(nn.Module):
 
         self.ln_h = nn.LayerNorm(width)
         self.ln_e = nn.LayerNorm(edge_width)
-        self.qkv = nn.Linear(width, 3 * width)
+        self.qkv = Linear(width, 3 * width)
         # E(ê) and G(ê) in one projection: the first `heads` outputs are E, the next `heads` G.
-        self.edge_in = nn.Linear(edge_width, (2 if cfg.gated else 1) * heads)
-        self.out_h = nn.Linear(width, width)
+        self.edge_in = Linear(edge_width, (2 if cfg.gated else 1) * heads)
+        self.out_h = Linear(width, width)
         self.node_dropout, self.edge_dropout = cfg.node_dropout, cfg.edge_dropout
         self.ffn_h = FeedForward(width, round(width * cfg.node_ffn_multiplier), cfg.activation, cfg.node_dropout)
         if update_edges:
-            self.out_e = nn.Linear(heads, edge_width)
+            self.out_e = Linear(heads, edge_width)
             self.ffn_e = FeedForward(edge_width, round(edge_width * cfg.edge_ffn_multiplier), cfg.activation, cfg.edge_dropout)
 
     def attention(self, h: torch.Tensor, e: torch.Tensor, ctx: AttentionContext) -> tuple[torch.Tensor, torch.Tensor]:
@@ -86,7 +87,7 @@ class EGTLayer(nn.Module):
         qkv = pack.unpack_tokens(self.qkv(self.ln_h(h)))
         q, k, v = qkv.view(b, m, 3, heads, self.head_dim).permute(2, 3, 0, 1, 4).unbind(0)  # [heads, B, M, d]
         # E(ê) and G(ê) produced transposed, [heads or 2·heads, P], as the scatter wants them
-        edge_terms = torch.addmm(self.edge_in.bias[:, None], self.edge_in.weight, self.ln_e(e).t())
+        edge_terms = matmul_nt(self.edge_in.weight, self.ln_e(e)) + self.edge_in.bias[:, None]
         bias, *gate_logits = (pack.pairs_to_channels(t) for t in edge_terms.split(heads))  # [heads, B, M, M]
 
         logits = torch.matmul(q * (self.head_dim ** -0.5), k.transpose(-1, -2))
@@ -219,7 +220,7 @@ class EGT(nn.Module):
         self.graph_dim = width * max(cfg.num_virtual_nodes, 1)
 
         self.node_embed = node_embedding(cfg.node_vocab, cfg.node_float_dim, width)
-        self.svd_embed = nn.Linear(2 * cfg.svd_rank, width) if cfg.svd_rank else None
+        self.svd_embed = Linear(2 * cfg.svd_rank, width) if cfg.svd_rank else None
         # hops 0..k, and k+1 for farther or unreachable pairs
         self.hop_embed = nn.Embedding(cfg.upto_hop + 2, edge_width)
         self.edge_embed = FeatureEmbedding(cfg.edge_vocab, edge_width)

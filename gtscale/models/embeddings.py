@@ -8,6 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gtscale.models.linear import Linear
+
 #: Added to the attention logit of a pair that must not attend (padding keys, non-neighbours of
 #: EGT-Constrained). Finite so that a row with every key masked (a padding query) softmaxes to a
 #: uniform row instead of NaN, and small enough to stay finite when two masks add up in fp16/bf16;
@@ -56,7 +58,7 @@ class ContinuousEmbedding(nn.Module):
 
     def __init__(self, num_features: int, dim: int):
         super().__init__()
-        self.linear = nn.Linear(num_features, dim)
+        self.linear = Linear(num_features, dim)
 
     def forward(self, feat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """float [..., F], bool mask [...] (True on real nodes) → float [..., dim]."""

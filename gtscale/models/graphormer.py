@@ -41,6 +41,7 @@ from gtscale.format.schema import SPD_UNREACHABLE
 from gtscale.models.config import GraphormerConfig
 from gtscale.models.embeddings import MASK_VALUE, FeatureEmbedding, embed_nodes, node_embedding
 from gtscale.models.layers import FeedForward, compute_dtype, dropout, keep_mask, run_layer
+from gtscale.models.linear import Linear
 from gtscale.models.outputs import Outputs
 from gtscale.models.packing import Packing
 
@@ -60,8 +61,8 @@ class GraphormerLayer(nn.Module):
         self.post_ln = cfg.post_ln
         self.attention_dropout = cfg.attention_dropout
         self.ln = nn.LayerNorm(cfg.hidden_dim)
-        self.qkv = nn.Linear(cfg.hidden_dim, 3 * cfg.hidden_dim)
-        self.out = nn.Linear(cfg.hidden_dim, cfg.hidden_dim)
+        self.qkv = Linear(cfg.hidden_dim, 3 * cfg.hidden_dim)
+        self.out = Linear(cfg.hidden_dim, cfg.hidden_dim)
         self.dropout = cfg.dropout
         self.ffn = FeedForward(cfg.hidden_dim, cfg.ffn_dim, "gelu", cfg.dropout, cfg.activation_dropout)
 

@@ -26,6 +26,7 @@ from torch import nn
 from gtscale.loader.batch import Batch
 from gtscale.models.config import HeadConfig
 from gtscale.models.layers import ACTIVATIONS, dropout
+from gtscale.models.linear import Linear
 from gtscale.models.outputs import Outputs
 
 
@@ -35,7 +36,7 @@ class MLP(nn.Module):
 
     def __init__(self, widths: list[int], activation: str, p: float = 0.0):
         super().__init__()
-        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
+        self.layers = nn.ModuleList(Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
         self.act = ACTIVATIONS[activation]
         self.p = p
 
@@ -52,9 +53,9 @@ class GraphormerOutput(nn.Module):
 
     def __init__(self, in_dim: int, out_dim: int, activation: str):
         super().__init__()
-        self.transform = nn.Linear(in_dim, in_dim)
+        self.transform = Linear(in_dim, in_dim)
         self.norm = nn.LayerNorm(in_dim)
-        self.out = nn.Linear(in_dim, out_dim, bias=False)
+        self.out = Linear(in_dim, out_dim, bias=False)
         self.bias = nn.Parameter(torch.zeros(1))
         self.act = ACTIVATIONS[activation]
 

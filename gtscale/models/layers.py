@@ -11,6 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from gtscale.models.linear import Linear
+
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "elu": F.elu,
     "relu": F.relu,
@@ -54,8 +56,8 @@ class FeedForward(nn.Module):
     def __init__(self, width: int, hidden: int, activation: str, p: float = 0.0, p_activation: float = 0.0):
         super().__init__()
         self.ln = nn.LayerNorm(width)
-        self.fc1 = nn.Linear(width, hidden)
-        self.fc2 = nn.Linear(hidden, width)
+        self.fc1 = Linear(width, hidden)
+        self.fc2 = Linear(hidden, width)
         self.act = ACTIVATIONS[activation]
         self.p, self.p_activation = p, p_activation
 

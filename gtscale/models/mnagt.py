@@ -41,6 +41,7 @@ from gtscale.loader.edge_batch import EdgeBatch
 from gtscale.models.config import MNAGTConfig
 from gtscale.models.embeddings import FeatureEmbedding, embed_edge_batch
 from gtscale.models.layers import dropout, run_layer
+from gtscale.models.linear import Linear
 from gtscale.models.outputs import Outputs
 from gtscale.models.sparse_ops import count_per_index, edge_sum
 
@@ -86,16 +87,16 @@ class MNAGTLayer(nn.Module):
         super().__init__()
         d, kernels = cfg.hidden_dim, cfg.num_kernels
         self.cfg = cfg
-        self.qk = nn.ModuleList(nn.Linear(d, 2 * d) for _ in range(kernels))
-        self.v = nn.Linear(d, kernels * d)
-        self.out = nn.ModuleList(nn.Linear(d, d) for _ in range(kernels))
+        self.qk = nn.ModuleList(Linear(d, 2 * d) for _ in range(kernels))
+        self.v = Linear(d, kernels * d)
+        self.out = nn.ModuleList(Linear(d, d) for _ in range(kernels))
         if cfg.aggregation == "adaptive":
-            self.score = nn.Linear(d, d)
-            self.score_vector = nn.Linear(d, 1, bias=False)
+            self.score = Linear(d, d)
+            self.score_vector = Linear(d, 1, bias=False)
         elif cfg.aggregation == "concat":
-            self.merge = nn.Linear(kernels * d, d)
+            self.merge = Linear(kernels * d, d)
         self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.ffn1, self.ffn2 = nn.Linear(d, cfg.ffn_dim), nn.Linear(cfg.ffn_dim, d)
+        self.ffn1, self.ffn2 = Linear(d, cfg.ffn_dim), Linear(cfg.ffn_dim, d)
 
     def attend(self, xk: torch.Tensor, v: torch.Tensor, k: int, prop: Propagation) -> torch.Tensor:
         """Kernel k's output z^k [R, d] from queries/keys of xk = ÂᵏX and values v = X W_V^k."""
@@ -147,7 +148,7 @@ class MNAGT(nn.Module):
         d = cfg.hidden_dim
         self.node_dim, self.edge_dim, self.graph_dim = d, 0, d
         self.node_embed = FeatureEmbedding(cfg.node_vocab, d) if cfg.node_vocab else None
-        self.float_embed = nn.Linear(cfg.node_float_dim, d) if cfg.node_float_dim else None
+        self.float_embed = Linear(cfg.node_float_dim, d) if cfg.node_float_dim else None
         self.virtual = nn.Parameter(torch.randn(d) / math.sqrt(d)) if cfg.readout == "virtual" else None
         self.layers = nn.ModuleList(MNAGTLayer(cfg) for _ in range(cfg.num_layers))
 

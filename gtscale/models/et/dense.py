@@ -48,6 +48,7 @@ from gtscale.models.config import ETConfig
 from gtscale.models.embeddings import FeatureEmbedding
 from gtscale.models.et.energy import ETBlock
 from gtscale.models.layers import run_layer
+from gtscale.models.linear import Linear
 from gtscale.models.outputs import Outputs
 
 
@@ -94,7 +95,7 @@ class DenseET(nn.Module):
         d, heads = cfg.width, cfg.num_heads
         self.node_dim, self.edge_dim, self.graph_dim = d, 0, d
         self.node_embed = FeatureEmbedding(cfg.node_vocab, d) if cfg.node_vocab else None
-        self.lap_embed = nn.Linear(cfg.lap_k, d) if cfg.lap_k else None
+        self.lap_embed = Linear(cfg.lap_k, d) if cfg.lap_k else None
         self.cls = nn.Parameter(torch.randn(d) * 0.02) if cfg.cls_token else None
         if cfg.learned_adjacency:
             self.pair_weight = nn.Parameter(torch.randn(heads, d) / d)

@@ -46,6 +46,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gtscale.models.linear import linear, matmul_nt
+
 
 class EnergyLayerNorm(nn.Module):
     """Eq. 2: LayerNorm with one scalar γ (> 0 keeps the Lagrangian convex) and a bias vector δ."""
@@ -80,7 +82,7 @@ class ETBlock(nn.Module):
     def queries_keys(self, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """g [..., D] → Q, K [..., H, Y]."""
         h, y, d = self.wq.shape
-        qk = F.linear(g, torch.cat([self.wq, self.wk]).reshape(2 * h * y, d))
+        qk = linear(g, torch.cat([self.wq, self.wk]).reshape(2 * h * y, d))
         q, k = qk.unflatten(-1, (2, h, y)).unbind(-3)
         return q, k
 
@@ -90,9 +92,9 @@ class ETBlock(nn.Module):
         t_query, t_key = graph.attention(q, k, self.beta[0], energy=False)[:2]
         h, y, d = self.wq.shape
         w = torch.cat([self.wq, self.wk]).reshape(2 * h * y, d)
-        update = torch.cat([t_query, t_key], dim=-2).flatten(-2) @ w
-        hidden = F.relu(F.linear(g, self.xi))
-        update = update + hidden @ self.xi
+        update = matmul_nt(torch.cat([t_query, t_key], dim=-2).flatten(-2), w.t())
+        hidden = F.relu(linear(g, self.xi))
+        update = update + matmul_nt(hidden, self.xi.t())
         return graph.mask_tokens(update)
 
     def forward(self, x: torch.Tensor, graph) -> torch.Tensor:
@@ -111,5 +113,5 @@ class ETBlock(nn.Module):
     def energy_of_g(self, g: torch.Tensor, graph) -> torch.Tensor:
         q, k = self.queries_keys(g)
         e_att = graph.attention(q, k, self.beta[0], energy=True)[2]
-        hidden = graph.mask_tokens(F.relu(F.linear(g, self.xi)))
+        hidden = graph.mask_tokens(F.relu(linear(g, self.xi)))
         return e_att - 0.5 * hidden.float().square().sum()

@@ -41,6 +41,7 @@ from gtscale.models.config import ETConfig
 from gtscale.models.embeddings import FeatureEmbedding, embed_edge_batch
 from gtscale.models.et.energy import ETBlock
 from gtscale.models.layers import run_layer
+from gtscale.models.linear import Linear
 from gtscale.models.outputs import Outputs
 from gtscale.models.sparse_ops import count_per_index, edge_dot, edge_sum, segment_softmax
 
@@ -76,7 +77,7 @@ class SparseET(nn.Module):
         d = cfg.width
         self.node_dim, self.edge_dim, self.graph_dim = 2 * d, 0, 2 * d
         self.node_embed = FeatureEmbedding(cfg.node_vocab, d) if cfg.node_vocab else None
-        self.float_embed = nn.Linear(cfg.node_float_dim, d) if cfg.node_float_dim else None
+        self.float_embed = Linear(cfg.node_float_dim, d) if cfg.node_float_dim else None
         self.block = ETBlock(d, cfg.num_heads, cfg.head_dim, cfg.num_memories, cfg.step_size, cfg.noise_std)
 
     @property

@@ -1,0 +1,105 @@
+"""The models' matrix products with a weight: nn.Linear, with fp32 CPU products through oneDNN.
+
+Why: PyTorch's CPU wheels run an fp32 `x @ Wᵀ` (F.linear, mm, addmm) through MKL's sgemm, and
+MKL picks its fast AVX-512 kernels only on Intel processors. On AMD EPYC (this project's Zen 5
+machines) it runs a generic path: ~200 GFLOP/s on two cores, where oneDNN, the other BLAS inside
+the same wheel, gets ~480 GFLOP/s for the same fp32 product (docs/speed.md). Matrix products
+are about half of a CPU training step, so gtscale sends its own weight products to
+oneDNN's `mkldnn::_linear_pointwise` (exact fp32: same inputs, another summation order) where it
+runs: fp32 tensors on a CPU, outside autocast (under CPU autocast, torch already runs bf16
+products in oneDNN), with a torch built with oneDNN. Everything else (CUDA, bf16, fp16) is F.linear.
+
+The product is a torch.library custom op with its own backward (both gradients are oneDNN
+products too), so that torch.compile treats it as one opaque kernel: inductor's own lowering of
+`_linear_pointwise` is for frozen inference weights only and refuses trainable ones.
+
+`GTSCALE_CPU_GEMM=aten` (read once, at import) sends every product back to F.linear: the A/B
+switch for benchmarks, and a way out should a oneDNN build misbehave.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.flop_counter import register_flop_formula
+
+#: "onednn" (default) or "aten": which library runs fp32 CPU weight products.
+CPU_GEMM = os.environ.get("GTSCALE_CPU_GEMM", "onednn")
+if CPU_GEMM not in ("onednn", "aten"):
+    raise ValueError(f"GTSCALE_CPU_GEMM must be onednn or aten, not {CPU_GEMM!r}")
+
+_HAVE_ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+@torch.library.custom_op("gtscale::matmul_nt", mutates_args=())
+def _matmul_nt(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """a [M, K] @ b [N, K]ᵀ (+ bias [N]) → [M, N], by oneDNN; a and b may be transposed views."""
+    return torch.ops.mkldnn._linear_pointwise(_row_or_column_major(a), _row_or_column_major(b), bias, "none", [], "")
+
+
+def _row_or_column_major(x: torch.Tensor) -> torch.Tensor:
+    """x itself when it is row-major or a transposed row-major matrix, else a row-major copy.
+
+    oneDNN takes either layout at full speed, but a matrix whose rows lie further apart than its
+    width (a slice such as EGT's virtual-node rows, stride 19,456 for 2,048 columns) sent one
+    32 × 2,048 × 512 product through a path 700× slower than the copy and the product together."""
+    return x if x.is_contiguous() or x.t().is_contiguous() else x.contiguous()
+
+
+@_matmul_nt.register_fake
+def _(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return a.new_empty(a.shape[0], b.shape[0])
+
+
+def _save(ctx, inputs, output) -> None:
+    a, b, bias = inputs
+    ctx.save_for_backward(a, b)
+    ctx.has_bias = bias is not None
+
+
+def _backward(ctx, grad: torch.Tensor):
+    a, b = ctx.saved_tensors
+    grad_a = _matmul_nt(grad, b.t(), None) if ctx.needs_input_grad[0] else None  # g @ b
+    grad_b = _matmul_nt(grad.t(), a.t(), None) if ctx.needs_input_grad[1] else None  # gᵀ @ a
+    grad_bias = grad.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
+    return grad_a, grad_b, grad_bias
+
+
+_matmul_nt.register_autograd(_backward, setup_context=_save)
+
+
+@register_flop_formula(torch.ops.gtscale.matmul_nt)
+def _flops(a_shape, b_shape, *args, **kwargs) -> int:
+    """2·M·K·N, as torch counts mm: FLOP counts and MFU see the product under either library."""
+    return 2 * a_shape[0] * a_shape[1] * b_shape[0]
+
+
+def _use_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    return (
+        CPU_GEMM == "onednn" and _HAVE_ONEDNN and x.device.type == "cpu"
+        and x.dtype == torch.float32 and weight.dtype == torch.float32
+        and not torch.is_autocast_enabled("cpu")
+    )
+
+
+def matmul_nt(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a [..., K] @ b [N, K]ᵀ → [..., N]."""
+    return linear(a, b)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear(x, weight, bias), by oneDNN for fp32 on a CPU (module docstring)."""
+    if not _use_onednn(x, weight) or (bias is not None and bias.dtype != torch.float32):
+        return F.linear(x, weight, bias)
+    out = _matmul_nt(x.reshape(-1, x.shape[-1]), weight, bias)
+    return out.view(*x.shape[:-1], weight.shape[0])
+
+
+class Linear(nn.Linear):
+    """nn.Linear (same parameters, state-dict keys and initialisation) computed by `linear`."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return linear(x, self.weight, self.bias)

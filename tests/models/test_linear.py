@@ -1,0 +1,82 @@
+"""models/linear.py: fp32 CPU weight products through oneDNN compute F.linear's function, with
+its gradients, in every layout the models hand it, eager and compiled as one graph."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+from gtscale.models import linear as linear_module
+from gtscale.models.linear import Linear, linear, matmul_nt
+
+pytestmark = pytest.mark.skipif(not linear_module._HAVE_ONEDNN, reason="this torch has no oneDNN")
+
+
+def _grads(fn, *tensors):
+    leaves = [t.detach().clone().requires_grad_(True) for t in tensors]
+    out = fn(*leaves)
+    (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+    return [out.detach()] + [t.grad for t in leaves]
+
+
+def _layouts():
+    """(name, x, weight): row-major, transposed, and the strided row slice that EGT's graph readout
+    hands its head (rows 19,456 apart for 2,048 columns), which once took a 700× slower path."""
+    torch.manual_seed(0)
+    h = torch.randn(8, 12, 64)
+    return [
+        ("row-major", torch.randn(37, 24), torch.randn(40, 24)),
+        ("transposed input", torch.randn(24, 37).t(), torch.randn(40, 24)),
+        ("transposed weight", torch.randn(37, 24), torch.randn(24, 40).t()),
+        ("strided row slice", h[:, :3].reshape(8, -1), torch.randn(16, 3 * 64)),
+        ("three dims", torch.randn(5, 7, 24), torch.randn(40, 24)),
+    ]
+
+
+@pytest.mark.parametrize("name,x,weight", _layouts(), ids=[c[0] for c in _layouts()])
+def test_onednn_linear_equals_f_linear_with_gradients(name, x, weight):
+    bias = torch.randn(weight.shape[0])
+    ours = _grads(linear, x, weight, bias)
+    reference = _grads(F.linear, x, weight, bias)
+    for got, want in zip(ours, reference):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_product_runs_in_onednn_and_counts_its_flops():
+    x, layer = torch.randn(33, 24, requires_grad=True), Linear(24, 40)
+    with torch.profiler.profile() as prof:
+        layer(x).sum().backward()
+    ops = {e.key for e in prof.key_averages()}
+    assert "mkldnn::_linear_pointwise" in ops and "aten::addmm" not in ops and "aten::mm" not in ops
+    with FlopCounterMode(display=False) as counter:
+        layer(x).sum().backward()
+    assert counter.get_total_flops() == 3 * 2 * 33 * 24 * 40  # forward, input and weight gradients
+
+
+def test_bf16_autocast_and_other_dtypes_stay_with_f_linear():
+    x, layer = torch.randn(5, 8), Linear(8, 3)
+    with torch.profiler.profile() as prof, torch.autocast("cpu", dtype=torch.bfloat16):
+        out = layer(x)
+    assert out.dtype == torch.bfloat16
+    assert "mkldnn::_linear_pointwise" not in {e.key for e in prof.key_averages()}
+    assert linear(x.double(), layer.weight.double()).dtype == torch.float64
+
+
+def test_compiled_in_one_graph_equals_eager():
+    torch.manual_seed(0)
+    x, weight, bias = torch.randn(9, 16), torch.randn(12, 16), torch.randn(12)
+    compiled = torch.compile(lambda a, w, b: torch.tanh(linear(a, w, b)) @ matmul_nt(w, a), fullgraph=True, backend="aot_eager")
+    for got, want in zip(_grads(compiled, x, weight, bias), _grads(lambda a, w, b: torch.tanh(F.linear(a, w, b)) @ (w @ a.t()), x, weight, bias)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_aten_switch_sends_products_back_to_mkl():
+    code = ("import torch; from gtscale.models.linear import Linear\n"
+            "with torch.profiler.profile() as p: Linear(8, 3)(torch.randn(4, 8))\n"
+            "print(sorted(e.key for e in p.key_averages() if 'mm' in e.key or 'linear' in e.key))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**__import__("os").environ, "GTSCALE_CPU_GEMM": "aten"})
+    assert "aten::addmm" in run.stdout and "mkldnn" not in run.stdout
