@@ -7,7 +7,8 @@ the same wheel, gets ~480 GFLOP/s for the same fp32 product (docs/speed.md). Mat
 are about half of a CPU training step, so gtscale sends its own weight products to
 oneDNN's `mkldnn::_linear_pointwise` (exact fp32: same inputs, another summation order) where it
 runs: fp32 tensors on a CPU, outside autocast (under CPU autocast, torch already runs bf16
-products in oneDNN), with a torch built with oneDNN. Everything else (CUDA, bf16, fp16) is F.linear.
+products in oneDNN), with a torch built with oneDNN, and products of at least ONEDNN_MIN_FLOPS.
+Everything else (CUDA, bf16, fp16, small products) is F.linear.
 
 The product is a torch.library custom op with its own backward (both gradients are oneDNN
 products too), so that torch.compile treats it as one opaque kernel: inductor's own lowering of
@@ -30,6 +31,12 @@ from torch.utils.flop_counter import register_flop_formula
 CPU_GEMM = os.environ.get("GTSCALE_CPU_GEMM", "onednn")
 if CPU_GEMM not in ("onednn", "aten"):
     raise ValueError(f"GTSCALE_CPU_GEMM must be onednn or aten, not {CPU_GEMM!r}")
+
+#: Smaller products stay with F.linear. A oneDNN call through this custom op costs ~25 µs more than
+#: F.linear's ~7 µs, which MKL's slower kernels repay only from about 8 MFLOP, and the quickstart's
+#: EGT (widths 64: its largest product, qkv, is 15 MFLOP) trained 4-6 % slower with its products
+#: above 8 MFLOP in oneDNN (`gtscale bench train`); egt-small's smallest is its head's 67 MFLOP.
+ONEDNN_MIN_FLOPS = 32_000_000
 
 _HAVE_ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
@@ -82,6 +89,7 @@ def _use_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
         CPU_GEMM == "onednn" and _HAVE_ONEDNN and x.device.type == "cpu"
         and x.dtype == torch.float32 and weight.dtype == torch.float32
         and not torch.is_autocast_enabled("cpu")
+        and 2 * x.numel() * weight.shape[0] >= ONEDNN_MIN_FLOPS
     )
 
 

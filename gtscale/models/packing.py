@@ -13,7 +13,7 @@ V virtual tokens derives the indices of its [B, V+N] layout from the batch's [B,
 arithmetic on index tensors (`for_batch`).
 
 Index lists may be longer than the real rows (the loader rounds their lengths up so that shapes
-repeat, see loader/batch.py): an index equal to the layout's size names a *trash* row. Packing
+repeat, loader/batch.py: rounded_length, and `for_batch` rounds the virtual-token layouts' again): an index equal to the layout's size names a *trash* row. Packing
 reads some real row into it (finite, never used); unpacking writes it to one extra row past the
 end, which is cut off, so it reaches no output and no gradient. That holds because packed rows
 reach a model's outputs only through unpacking (per-row layers keep rows apart); a reduction over
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import torch
 
-from gtscale.loader.batch import Batch
+from gtscale.loader.batch import Batch, fill_index, rounded_length
 
 
 class Packing:
@@ -72,7 +72,10 @@ class Packing:
                 col = torch.where(trash_tok[:, None], b * m * m, real * m + arange_v)
                 between = ((arange_b[:, None, None] * m + arange_v[:, None]) * m + arange_v).reshape(-1)  # [B·V·V]
                 pair_index = torch.cat([between, row.reshape(-1), col.reshape(-1), pair_index])
+                # B·V² + 2·T·V + P varies with the number of graphs: rounded as the loader rounds
+                pair_index = fill_index(pair_index, min(rounded_length(pair_index.numel()), b * m * m), b * m * m)
             tokens = torch.cat([virtual, tokens])
+            tokens = fill_index(tokens, min(rounded_length(tokens.numel()), b * m), b * m)
         return cls(b, m, tokens, pair_index)
 
     @property

@@ -15,6 +15,18 @@ from gtscale.models.linear import Linear, linear, matmul_nt
 pytestmark = pytest.mark.skipif(not linear_module._HAVE_ONEDNN, reason="this torch has no oneDNN")
 
 
+@pytest.fixture(autouse=True)
+def every_product_in_onednn(monkeypatch):
+    """The tests' products are small; below ONEDNN_MIN_FLOPS they would stay with F.linear."""
+    monkeypatch.setattr(linear_module, "ONEDNN_MIN_FLOPS", 0)
+
+
+def _ops(fn) -> set[str]:
+    with torch.profiler.profile() as prof:
+        fn()
+    return {e.key for e in prof.key_averages()}
+
+
 def _grads(fn, *tensors):
     leaves = [t.detach().clone().requires_grad_(True) for t in tensors]
     out = fn(*leaves)
@@ -47,9 +59,7 @@ def test_onednn_linear_equals_f_linear_with_gradients(name, x, weight):
 
 def test_the_product_runs_in_onednn_and_counts_its_flops():
     x, layer = torch.randn(33, 24, requires_grad=True), Linear(24, 40)
-    with torch.profiler.profile() as prof:
-        layer(x).sum().backward()
-    ops = {e.key for e in prof.key_averages()}
+    ops = _ops(lambda: layer(x).sum().backward())
     assert "mkldnn::_linear_pointwise" in ops and "aten::addmm" not in ops and "aten::mm" not in ops
     with FlopCounterMode(display=False) as counter:
         layer(x).sum().backward()
@@ -58,11 +68,18 @@ def test_the_product_runs_in_onednn_and_counts_its_flops():
 
 def test_bf16_autocast_and_other_dtypes_stay_with_f_linear():
     x, layer = torch.randn(5, 8), Linear(8, 3)
-    with torch.profiler.profile() as prof, torch.autocast("cpu", dtype=torch.bfloat16):
-        out = layer(x)
-    assert out.dtype == torch.bfloat16
-    assert "mkldnn::_linear_pointwise" not in {e.key for e in prof.key_averages()}
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert layer(x).dtype == torch.bfloat16
+        assert "mkldnn::_linear_pointwise" not in _ops(lambda: layer(x))
     assert linear(x.double(), layer.weight.double()).dtype == torch.float64
+
+
+def test_products_below_the_threshold_stay_with_f_linear(monkeypatch):
+    x, layer = torch.randn(10, 20), Linear(20, 30)  # 2 · 10 · 20 · 30 = 12,000 FLOP
+    monkeypatch.setattr(linear_module, "ONEDNN_MIN_FLOPS", 12_001)
+    assert "mkldnn::_linear_pointwise" not in _ops(lambda: layer(x))
+    monkeypatch.setattr(linear_module, "ONEDNN_MIN_FLOPS", 12_000)
+    assert "mkldnn::_linear_pointwise" in _ops(lambda: layer(x))
 
 
 def test_compiled_in_one_graph_equals_eager():
@@ -74,8 +91,8 @@ def test_compiled_in_one_graph_equals_eager():
 
 
 def test_the_aten_switch_sends_products_back_to_mkl():
-    code = ("import torch; from gtscale.models.linear import Linear\n"
-            "with torch.profiler.profile() as p: Linear(8, 3)(torch.randn(4, 8))\n"
+    code = ("import torch; from gtscale.models import linear; linear.ONEDNN_MIN_FLOPS = 0\n"
+            "with torch.profiler.profile() as p: linear.Linear(8, 3)(torch.randn(4, 8))\n"
             "print(sorted(e.key for e in p.key_averages() if 'mm' in e.key or 'linear' in e.key))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**__import__("os").environ, "GTSCALE_CPU_GEMM": "aten"})

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gtscale.loader.batch import Batch, packing_indices
+from gtscale.loader.batch import Batch, packing_indices, rounded_length
 from gtscale.models.packing import Packing
 
 MASK = torch.tensor([[True, True, False, False], [True, False, False, False], [True, True, True, True]])
@@ -39,9 +39,26 @@ def test_virtual_layout_indexes_exactly_the_real_rows_of_the_prepended_mask(num_
     pack = Packing.for_batch(_batch(MASK), num_virtual)
     real = F.pad(MASK, (num_virtual, 0), value=True)
     assert pack.size == MASK.shape[1] + num_virtual
-    assert sorted(pack.tokens.tolist()) == real.reshape(-1).nonzero().squeeze(1).tolist()
+    b, m = real.shape
+    real_tokens = real.reshape(-1).nonzero().squeeze(1)
     real_pairs = (real[:, :, None] & real[:, None, :]).reshape(-1).nonzero().squeeze(1)
-    assert sorted(pack.pairs.tolist()) == real_pairs.tolist()
+    # every real row once, then trash entries (the layout's size) up to rounded_length
+    assert sorted(pack.tokens.tolist()) == real_tokens.tolist() + [b * m] * (rounded_length(real_tokens.numel()) - real_tokens.numel())
+    assert sorted(pack.pairs.tolist()) == real_pairs.tolist() + [b * m * m] * (rounded_length(real_pairs.numel()) - real_pairs.numel())
+
+
+def test_rounded_lengths_are_sixteen_per_octave_and_at_most_a_sixteenth_longer():
+    lengths = [rounded_length(n) for n in range(1, 5000)]
+    assert lengths[:31] == list(range(1, 32))  # exact below 32
+    assert all(n <= r <= n + n / 16 for n, r in zip(range(1, 5000), lengths))
+    assert len(set(r for r in lengths if 1024 <= r < 2048)) == 16
+    mask = torch.ones(3, 20, dtype=torch.bool)
+    mask[2, 10:] = False  # 50 real tokens, 900 real pairs
+    tokens, pairs = packing_indices(mask)
+    assert (tokens.numel(), pairs.numel()) == (rounded_length(50), rounded_length(900)) == (50, 928)
+    assert (pairs[900:] == 3 * 20 * 20).all()  # trash: the layout's size
+    full = packing_indices(torch.ones(3, 20, dtype=torch.bool))
+    assert (full[0].numel(), full[1].numel()) == (60, 1200)  # never past the longest possible list
 
 
 @pytest.mark.parametrize("num_virtual", [0, 2])
