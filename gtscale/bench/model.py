@@ -245,7 +245,7 @@ def measure(cfg: dict, batch: Batch | EdgeBatch, precision: str, steps: int, war
     # FLOPs are counted on the eager forward: a counting dispatch mode and a compiled graph exclude each other
     compiled = eager
     if implementation == "compiled":
-        prepare_inductor(compile_cache)  # as training compiles: the private cache, the CPU workaround
+        prepare_inductor(compile_cache, device.type)  # as training compiles: the private cache, the CPU workaround
         if profile_rows and device.type == "cpu":
             # Each generated C++ kernel records itself, so that the profile names the fused kernels
             # instead of one opaque "CompiledFxGraph" row (a codegen option: part of the cache key).

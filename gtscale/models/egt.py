@@ -33,7 +33,7 @@ from torch import nn
 
 from gtscale.loader.batch import Batch
 from gtscale.models.config import EGTConfig
-from gtscale.models.embeddings import MASK_VALUE, FeatureEmbedding, embed_nodes, node_embedding
+from gtscale.models.embeddings import MASK_VALUE, FeatureEmbedding, embed_nodes, lookup, node_embedding
 from gtscale.models.layers import FeedForward, compute_dtype, dropout, keep_mask, run_layer
 from gtscale.models.linear import Linear, matmul_nt
 from gtscale.models.outputs import Outputs
@@ -257,7 +257,7 @@ class EGT(nn.Module):
                 raise ValueError("EGT with svd_rank > 0 needs batch.svd_pe")
             h = h + self._svd(batch.svd_pe)
         hops = batch.spd.clamp(max=self.cfg.upto_hop + 1)  # SPD_UNREACHABLE lands in the last row
-        e = self.hop_embed(hops) + self.edge_embed(batch.edge_feat)
+        e = lookup(self.hop_embed, hops) + self.edge_embed(batch.edge_feat)
         if self.virtual_nodes is not None:
             h, e = self.virtual_nodes(h, e)
         return h, e

@@ -52,6 +52,16 @@ class FeatureEmbedding(nn.Module):
         return out.view(*feat.shape[:-1], -1)
 
 
+def lookup(table: nn.Embedding, index: torch.Tensor) -> torch.Tensor:
+    """table(index), through embedding_bag with one row per bag: the same values, and a backward
+    that stays aten's dense accumulation under torch.compile, where inductor generates an atomic
+    scatter for nn.Embedding's (EGT's hop embedding on a CPU: 20 ms of a 350 ms compiled egt-small
+    step, against ~1 ms). The padding row (padding_idx) gives zeros and gets no gradient, which is
+    nn.Embedding's function as long as that row is zero, as nn.Embedding initialises and keeps it."""
+    rows = F.embedding_bag(index.reshape(-1, 1), table.weight, mode="sum", padding_idx=table.padding_idx)
+    return rows.view(*index.shape, -1)
+
+
 class ContinuousEmbedding(nn.Module):
     """Continuous node features (Batch.node_feat_float, graphs that are not molecules) → float
     [..., dim] by one linear map; zero on padding nodes, as the categorical table's padding row."""

@@ -39,7 +39,7 @@ from torch import nn
 from gtscale.loader.batch import Batch
 from gtscale.format.schema import SPD_UNREACHABLE
 from gtscale.models.config import GraphormerConfig
-from gtscale.models.embeddings import MASK_VALUE, FeatureEmbedding, embed_nodes, node_embedding
+from gtscale.models.embeddings import MASK_VALUE, FeatureEmbedding, embed_nodes, lookup, node_embedding
 from gtscale.models.layers import FeedForward, compute_dtype, dropout, keep_mask, run_layer
 from gtscale.models.linear import Linear
 from gtscale.models.outputs import Outputs
@@ -176,8 +176,8 @@ class Graphormer(nn.Module):
         mask = batch.node_mask
         x = (
             embed_nodes(self.atom_embed, batch)
-            + self.in_degree(self._degree_rows(batch.in_degree, mask, self.cfg.num_in_degree))
-            + self.out_degree(self._degree_rows(batch.out_degree, mask, self.cfg.num_out_degree))
+            + lookup(self.in_degree, self._degree_rows(batch.in_degree, mask, self.cfg.num_in_degree))
+            + lookup(self.out_degree, self._degree_rows(batch.out_degree, mask, self.cfg.num_out_degree))
         )
         return torch.cat([self.graph_token.expand(batch.num_graphs, 1, -1), x], dim=1)
 
@@ -187,7 +187,7 @@ class Graphormer(nn.Module):
         spd = batch.spd
         cfg = self.cfg
         buckets = torch.where(spd == SPD_UNREACHABLE, cfg.num_spatial - 1, (spd + 1).clamp(max=cfg.num_spatial - 2))
-        pair = self.spatial(buckets) + self.path_encoding(batch.path_edges, spd)  # [B, N, N, heads]
+        pair = lookup(self.spatial, buckets) + self.path_encoding(batch.path_edges, spd)  # [B, N, N, heads]
         b, n = batch.num_graphs, batch.max_nodes
         m = n + 1
         aligned = -(-m // _BIAS_ALIGN) * _BIAS_ALIGN

@@ -1,9 +1,9 @@
 """The models' matrix products with a weight: nn.Linear, with fp32 CPU products through oneDNN.
 
 Why: PyTorch's CPU wheels run an fp32 `x @ Wᵀ` (F.linear, mm, addmm) through MKL's sgemm, and
-MKL picks its fast AVX-512 kernels only on Intel processors. On AMD EPYC (this project's Zen 5
-machines) it runs a generic path: ~200 GFLOP/s on two cores, where oneDNN, the other BLAS inside
-the same wheel, gets ~480 GFLOP/s for the same fp32 product (docs/speed.md). Matrix products
+MKL picks its fast AVX-512 kernels only on Intel processors. On AMD EPYC (Zen 5, the machine this
+was measured on) it runs a generic path: ~200 GFLOP/s on two cores, where oneDNN, the other BLAS
+inside the same wheel, gets ~480 GFLOP/s for the same fp32 product (docs/speed.md). Matrix products
 are about half of a CPU training step, so gtscale sends its own weight products to
 oneDNN's `mkldnn::_linear_pointwise` (exact fp32: same inputs, another summation order) where it
 runs: fp32 tensors on a CPU, outside autocast (under CPU autocast, torch already runs bf16

@@ -72,24 +72,33 @@ def compile_model(model: torch.nn.Module, cfg, static_shapes: bool) -> None:
     The forward, not the module call: DeepSpeed hooks the module's call (timers, ZeRO's prologue),
     which has no place in a model graph and would break it; ZeRO-3's per-submodule parameter hooks
     would too, so the config refuses compile with stage 3."""
-    prepare_inductor(cfg.cache_dir)
+    prepare_inductor(cfg.cache_dir, next(model.parameters()).device.type)
     model.forward = torch.compile(model.forward, **compile_options(cfg.mode, static_shapes))
 
 
-def prepare_inductor(cache_dir: str | Path) -> None:
+def prepare_inductor(cache_dir: str | Path, device_type: str) -> None:
     """What every gtscale compile sets first (training and `gtscale bench model --compile`): the
-    private cache, recompile limits sized for one graph per bucket, and the CPU codegen workaround."""
+    private cache, recompile limits sized for one graph per bucket, and the code generation
+    settings for the model's device (apply_codegen_settings)."""
     use_cache_dir(cache_dir)
     # One graph per bucket shape (and per train / eval mode) is the design, not a runaway: dynamo's
     # default limit of 8 recompiles per function would fail a fullgraph run with more buckets.
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
     torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit, RECOMPILE_LIMIT)
-    apply_codegen_workarounds()
+    apply_codegen_settings(device_type)
 
 
-def apply_codegen_workarounds() -> None:
-    """Inductor's C++ kernels at 512-bit vectors corrupt the heap in Graphormer's compiled backward
-    with two or more OpenMP threads (torch 2.13 on an AVX-512 Xeon: `free(): invalid size` inside
+def apply_codegen_settings(device_type: str) -> None:
+    """Random draws, and on AVX-512 CPUs the vector width.
+
+    Random draws on a CPU: inductor's generated C++ draws dropout masks with one Philox call per
+    random word, which cost 17-20 ms of a compiled egt-small step against 13 ms for the same words
+    from torch's generator (mt19937) as eager draws them; `fallback_random` makes the compiled
+    model call torch's, so that it also draws exactly eager's masks. On a GPU inductor's fused
+    Philox draws are the faster ones and stay.
+
+    Vector width: inductor's C++ kernels at 512-bit vectors corrupt the heap in Graphormer's
+    compiled backward with two or more OpenMP threads (torch 2.13 on an AVX-512 Xeon: `free(): invalid size` inside
     aten._embedding_bag_backward, the process aborts; one thread, aot_eager or 256-bit vectors
     pass). On such CPUs, with two or more threads, inductor generates 256-bit (AVX2) kernels instead;
     the setting is part of inductor's cache key, so no 512-bit kernel is reused from a cache. GPU
@@ -102,6 +111,7 @@ def apply_codegen_workarounds() -> None:
     one thread the 512-bit kernels pass every model (the abort needs two threads), so the width is
     chosen by the thread count the compiling process runs with (tests/models/test_compiled.py
     covers both)."""
+    torch._inductor.config.fallback_random = device_type == "cpu"
     if torch.backends.cpu.get_cpu_capability().startswith("AVX512"):
         torch._inductor.config.cpp.simdlen = 256 if torch.get_num_threads() > 1 else None
 

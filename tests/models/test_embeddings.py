@@ -1,8 +1,10 @@
 """The flat feature table's offset convention and the token / pair packing."""
 
+import pytest
 import torch
+from torch import nn
 
-from gtscale.models.embeddings import FeatureEmbedding
+from gtscale.models.embeddings import FeatureEmbedding, lookup
 
 
 def test_offsets_give_each_column_its_own_rows():
@@ -38,3 +40,20 @@ def test_graphormer_takes_continuous_features_by_the_same_switch(ego_shards):
     out = model(batch)
     out.node.sum().backward()
     assert torch.isfinite(out.node).all() and model.atom_embed.linear.weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("padding_idx", [None, 0])
+def test_lookup_equals_the_embedding_with_its_gradient(padding_idx):
+    """embeddings.lookup (embedding_bag, one row per bag) is nn.Embedding's function: values, and
+    gradients that leave the padding row untrained."""
+    torch.manual_seed(0)
+    table = nn.Embedding(7, 5, padding_idx=padding_idx)
+    index = torch.randint(0, 7, (3, 4, 4))
+    upstream = torch.randn(3, 4, 4, 5)
+    (lookup(table, index) * upstream).sum().backward()
+    ours, table.weight.grad = table.weight.grad, None
+    (table(index) * upstream).sum().backward()
+    torch.testing.assert_close(lookup(table, index), table(index))
+    torch.testing.assert_close(ours, table.weight.grad)
+    if padding_idx is not None:
+        assert (index == padding_idx).any() and ours[padding_idx].abs().sum() == 0
