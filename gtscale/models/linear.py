@@ -34,8 +34,8 @@ if CPU_GEMM not in ("onednn", "aten"):
 
 #: Smaller products stay with F.linear. A oneDNN call through this custom op costs ~25 µs more than
 #: F.linear's ~7 µs, which MKL's slower kernels repay only from about 8 MFLOP, and the quickstart's
-#: EGT (widths 64: its largest product, qkv, is 15 MFLOP) trained 4-6 % slower with its products
-#: above 8 MFLOP in oneDNN (`gtscale bench train`); egt-small's smallest is its head's 67 MFLOP.
+#: EGT (widths 64: products of 5-35 MFLOP) trained 4-6 % slower with its products above 8 MFLOP
+#: in oneDNN (`gtscale bench train`); egt-small's smallest is its head's 67 MFLOP.
 ONEDNN_MIN_FLOPS = 32_000_000
 
 _HAVE_ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
