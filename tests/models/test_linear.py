@@ -28,7 +28,8 @@ def _ops(fn) -> set[str]:
 
 
 def _grads(fn, *tensors):
-    leaves = [t.detach().clone().requires_grad_(True) for t in tensors]
+    # leaves with the operands' own strides (clone() would make the row slice contiguous)
+    leaves = [torch.empty_strided(t.shape, t.stride()).copy_(t).requires_grad_(True) for t in tensors]
     out = fn(*leaves)
     (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
     return [out.detach()] + [t.grad for t in leaves]
@@ -51,6 +52,7 @@ def _layouts():
 @pytest.mark.parametrize("name,x,weight", _layouts(), ids=[c[0] for c in _layouts()])
 def test_onednn_linear_equals_f_linear_with_gradients(name, x, weight):
     bias = torch.randn(weight.shape[0])
+    assert _grads(lambda *t: t[0], x)[0].stride() == x.stride()  # the layout reaches linear as given
     ours = _grads(linear, x, weight, bias)
     reference = _grads(F.linear, x, weight, bias)
     for got, want in zip(ours, reference):
