@@ -6,13 +6,16 @@ featurizer (prep), the loader's collate, the export reader and the task's predic
   options and graph features the export's shards were made with, read from export.json) and
   batched by the loader's `collate`: the model sees exactly what it saw in training.
 - One export gives a `<name>_pred` column per target; several form an ensemble, and each target
-  gets `<name>_mean` and `<name>_std` (over the members, ddof 0). The suffixes keep a labelled
-  input's own target columns beside the predictions. Regression predictions are in
+  gets `<name>_mean` and `<name>_std` (over the members, ddof 0; `--weights` weighs both). The
+  suffixes keep a labelled input's own target columns beside the predictions. Regression predictions are in
   the targets' units; a binary (bce) task's are probabilities.
 - A row RDKit cannot parse (or one the sharder would reject) gets empty predictions and its reason
   in the `reason` column; the other columns of the input are kept.
 - `--input` may also be a shard folder (manifest.json): every record of the chosen splits is
   predicted, with its split and idx.
+- An ECFP + SVR export (`gtscale baseline ecfp`'s DIR/export, model.yaml `name: ecfp-svr`) is a
+  member like a model: its Morgan bits are computed from the SMILES (so not from a shard folder);
+  `gtscale moleculeace-table`'s blend is the seeds' exports and it with `--weights 1 1 1 3`.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from tqdm import tqdm
 
 from gtscale.config import from_dict
 from gtscale.errors import UserError
+from gtscale.experiments.ecfp import SVR_EXPORT_NAME, TanimotoSVR, ecfp_parsed, read_svr_export
 from gtscale.format import schema
 from gtscale.format.decode import Record
 from gtscale.io import atomic_write_text
@@ -46,6 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--splits", default=None, help="shard folder: comma-separated splits to predict (default all)")
     parser.add_argument("--out", required=True, help="CSV to write (atomically)")
     parser.add_argument("--batch-size", type=int, default=64, help="molecules per batch (default 64)")
+    parser.add_argument("--weights", type=float, nargs="+", default=None, metavar="W",
+                        help="one weight per export for the ensemble's mean and std (default: equal)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -62,19 +68,34 @@ class LoadedExport:
     path_dist: int  # path-edge distance it needs (Graphormer)
 
 
-def load_export(path: Path) -> LoadedExport:
+@dataclass
+class FingerprintExport:
+    """An ECFP + SVR export ready to predict (experiments/ecfp.py wrote it)."""
+
+    path: Path
+    svr: TanimotoSVR
+    task: TaskConfig
+    target_names: list[str]
+
+
+def load_export(path: Path) -> LoadedExport | FingerprintExport:
     """Read an export folder (or its model.pt): weights-only, checked against its model config.
 
     The one place predict reads exports."""
-    from gtscale.models.export import load_exported
+    from gtscale.models.export import MODEL_FILE, check_fits, read_export
     from gtscale.train.task_model import GraphTaskModel, loader_keys
 
-    module, export = load_exported(path)
+    export = read_export(path)
     meta, model_cfg, folder = export.meta, export.config, export.folder
     if "shards" not in meta or "task" not in meta:
         raise UserError(f"{folder / 'export.json'}: does not record the run's task and shards (exported before `gtscale predict` "
                         "existed, or imported): export the run again with `gtscale export`")
     shards = meta["shards"]
+    names = list(shards.get("task", {}).get("target_names", []))
+    if model_cfg.get("name") == SVR_EXPORT_NAME:
+        svr = read_svr_export(model_cfg, export.state, str(folder / MODEL_FILE))
+        return FingerprintExport(folder, svr, from_dict(TaskConfig, meta["task"], prefix="task."), names or ["y0"])
+    module = check_fits(export.state, model_cfg, str(folder / MODEL_FILE))
     if shards.get("task", {}).get("type") == NODE_TASK:
         raise UserError(f"{folder}: a node-task export; `gtscale predict` scores molecules (graph tasks)")
     transform = shards.get("transform", {})
@@ -85,7 +106,7 @@ def load_export(path: Path) -> LoadedExport:
         path=folder,
         model=GraphTaskModel(module.backbone, module.head).to(_device()).eval(),  # the trainer's forward
         task=from_dict(TaskConfig, meta["task"], prefix="task."),
-        target_names=list(shards.get("task", {}).get("target_names", [])) or [f"y{t}" for t in range(module.head.cfg.num_outputs)],
+        target_names=names or [f"y{t}" for t in range(module.head.cfg.num_outputs)],
         options=ShardOptions(structure=structure, max_nodes=transform.get("max_nodes"), graph_features=features),
         keys=[k for k in keys if k != schema.Y],
         path_dist=path_dist,
@@ -100,13 +121,16 @@ class Predictor:
     """Predictions of one or more exports for molecules, batch by batch (records made once per
     distinct featurisation among the exports)."""
 
-    def __init__(self, exports: list[LoadedExport]):
+    def __init__(self, exports: list[LoadedExport | FingerprintExport], weights: list[float] | None = None):
         names = exports[0].target_names
         for export in exports[1:]:
             if export.target_names != names:
                 raise UserError(f"{export.path}: predicts {export.target_names}, {exports[0].path} predicts {names}: "
                                 "an ensemble's members predict the same targets")
+        if weights is not None and (len(weights) != len(exports) or not all(np.isfinite(w) and w > 0 for w in weights)):
+            raise UserError(f"--weights: give one positive weight per export ({len(exports)}), got {weights}")
         self.exports, self.target_names = exports, names
+        self.weights = np.asarray(weights if weights is not None else [1.0] * len(exports), np.float64)
 
     def scores(self, export: LoadedExport, records: list[Record]) -> np.ndarray:
         """float [n, T] predictions of one export for these records."""
@@ -118,6 +142,12 @@ class Predictor:
         reasons = [""] * len(smiles)
         made: dict[ShardOptions, tuple[list[Record], list[int]]] = {}
         for member, export in enumerate(self.exports):
+            if isinstance(export, FingerprintExport):
+                bits, parsed = ecfp_parsed(smiles)
+                out[member, parsed, 0] = export.svr.predict(bits[parsed])
+                for row in np.flatnonzero(~parsed):
+                    reasons[row] = reasons[row] or ("empty_smiles" if not smiles[row] else "invalid_smiles")
+                continue
             if export.options not in made:
                 made[export.options] = _records(smiles, export.options, reasons)
             records, rows = made[export.options]
@@ -152,18 +182,23 @@ def predict_table(predictor: Predictor, frame: pd.DataFrame, smiles_column: str,
             reasons += why
             bar.update(len(why))
     values = np.concatenate(parts, axis=1) if parts else empty
-    columns = prediction_columns(values, predictor.target_names)
+    columns = prediction_columns(values, predictor.target_names, predictor.weights)
     return pd.concat([frame.reset_index(drop=True), columns, pd.DataFrame({"reason": reasons})], axis=1)
 
 
-def prediction_columns(values: np.ndarray, names: list[str]) -> pd.DataFrame:
-    """<name>_pred per target (one member), or <name>_mean and <name>_std (an ensemble)."""
+def prediction_columns(values: np.ndarray, names: list[str], weights: np.ndarray | None = None) -> pd.DataFrame:
+    """<name>_pred per target (one member), or <name>_mean and <name>_std (an ensemble: over the
+    members, weighted by `weights`, NaN where any member has none)."""
     if values.shape[0] == 1:
         return pd.DataFrame({f"{name}_pred": values[0, :, t] for t, name in enumerate(names)})
+    w = (np.ones(values.shape[0]) if weights is None else np.asarray(weights, np.float64))[:, None]
+    w = w / w.sum()
     columns = {}
     for t, name in enumerate(names):
-        columns[f"{name}_mean"] = values[:, :, t].mean(axis=0)
-        columns[f"{name}_std"] = values[:, :, t].std(axis=0)
+        v = values[:, :, t].astype(np.float64)
+        mean = (w * v).sum(axis=0)
+        columns[f"{name}_mean"] = mean
+        columns[f"{name}_std"] = np.sqrt((w * (v - mean) ** 2).sum(axis=0))
     return pd.DataFrame(columns)
 
 
@@ -179,6 +214,8 @@ def predict_shards(predictor: Predictor, folder: Path, splits: list[str] | None,
     if unknown:
         raise UserError(f"--splits: {unknown[0]!r} is not a split of {folder} (has {', '.join(manifest['splits'])})")
     for export in predictor.exports:
+        if isinstance(export, FingerprintExport):
+            raise UserError(f"{export.path}: an ECFP + SVR export reads SMILES, which shards do not keep: predict from a CSV of SMILES instead")
         made = manifest.get("features", {}).get("graph")
         wanted = export.options.graph_features.manifest() if export.options.graph_features else None
         if wanted and made != wanted:
@@ -202,7 +239,7 @@ def predict_shards(predictor: Predictor, folder: Path, splits: list[str] | None,
                 order = np.argsort(ids)
                 idx = ids[order]
                 members.append(np.concatenate(values)[order])
-            columns = prediction_columns(np.stack(members), predictor.target_names)
+            columns = prediction_columns(np.stack(members), predictor.target_names, predictor.weights)
             frames.append(pd.concat([pd.DataFrame({"split": split, "idx": idx}), columns], axis=1))
     return pd.concat(frames, ignore_index=True)
 
@@ -219,7 +256,7 @@ def _batch_scores(export: LoadedExport, batch) -> np.ndarray:
 def run(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be >= 1, got {args.batch_size}")
-    predictor = Predictor([load_export(Path(p)) for p in args.exports])
+    predictor = Predictor([load_export(Path(p)) for p in args.exports], args.weights)
     source = Path(args.input)
     if source.is_dir():
         table = predict_shards(predictor, source, [s for s in args.splits.split(",") if s] if args.splits else None,

@@ -7,22 +7,29 @@ with its hyperparameter chosen on their validation split (SVR: C; RF: max_featur
 on the test split: RMSE, MAE and, for MoleculeACE sets, the activity-cliff RMSE. The molecules are
 read again through the sharder's own reader (experiments/moleculeace.source_table), so the
 splits are the shards' row for row. The seed only changes the forest (SVR is deterministic, its
-std is 0). Writes DIR/sweep.json and DIR/sweep.md (`gtscale sweep --compare` reads them).
+std is 0). Writes DIR/sweep.json and DIR/sweep.md (`gtscale sweep --compare` reads them), and for
+the SVR its test predictions (DIR/svr-<split>.npz, what `gtscale moleculeace-table`'s blend
+averages) and DIR/export, an export `gtscale predict` reads beside model exports.
 """
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from gtscale.errors import UserError
+from gtscale.format.manifest import load_manifest
 
 RADIUS, BITS = 2, 2048
 SVR_C = (0.1, 1.0, 10.0, 100.0)
 RF_MAX_FEATURES = ("sqrt", 0.33, 1.0)
 RF_TREES = 300
+#: What names an SVR export (model.yaml `name`), and the file of its predictions in the baseline's folder.
+SVR_EXPORT_NAME = "ecfp-svr"
+PREDICTIONS = "svr-{split}.npz"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,18 +42,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def ecfp(smiles: list[str]) -> np.ndarray:
-    """[n, 2048] uint8 Morgan bits (radius 2) of each molecule."""
-    from rdkit import Chem
+    """[n, 2048] uint8 Morgan bits (radius 2) of each molecule; a UserError for one RDKit cannot parse."""
+    bits, parsed = ecfp_parsed(smiles)
+    if not parsed.all():
+        row = int(np.flatnonzero(~parsed)[0])
+        raise UserError(f"SMILES {smiles[row]!r} (row {row}) does not parse")
+    return bits
+
+
+def ecfp_parsed(smiles: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """([n, 2048] uint8 Morgan bits, radius 2, zero where RDKit cannot parse; [n] bool: parsed)."""
+    from rdkit import Chem, RDLogger
     from rdkit.Chem import rdFingerprintGenerator
 
     generator = rdFingerprintGenerator.GetMorganGenerator(radius=RADIUS, fpSize=BITS)
     out = np.zeros((len(smiles), BITS), dtype=np.uint8)
-    for i, s in enumerate(smiles):
-        mol = Chem.MolFromSmiles(s)
-        if mol is None:
-            raise UserError(f"SMILES {s!r} (row {i}) does not parse")
-        out[i] = generator.GetFingerprintAsNumPy(mol)
-    return out
+    parsed = np.zeros(len(smiles), dtype=bool)
+    RDLogger.DisableLog("rdApp.*")  # an unparsable row is reported by the caller, once
+    try:
+        for i, s in enumerate(smiles):
+            mol = Chem.MolFromSmiles(s) if s else None
+            if mol is not None:
+                out[i], parsed[i] = generator.GetFingerprintAsNumPy(mol), True
+    finally:
+        RDLogger.EnableLog("rdApp.*")
+    return out, parsed
 
 
 def tanimoto(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -56,14 +76,36 @@ def tanimoto(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return common / np.maximum(a.sum(1)[:, None] + b.sum(1)[None, :] - common, 1e-12)
 
 
-def fit_svr(x: dict, y: dict):
-    """Tanimoto-kernel SVR, C chosen on validation RMSE; returns the test predictions."""
-    from sklearn.metrics import root_mean_squared_error
-    from sklearn.svm import SVR
+@dataclass(frozen=True)
+class TanimotoSVR:
+    """A fitted Tanimoto-kernel SVR in closed form: f(x) = Σ_i coef_i · T(x, s_i) + intercept over
+    its support fingerprints s_i (scikit-learn's SVR with a precomputed kernel, its dual solution
+    kept), so that an export of it predicts without scikit-learn or pickles."""
 
-    k_train = tanimoto(x["train"], x["train"])
-    best = min(SVR_C, key=lambda c: root_mean_squared_error(y["valid"], SVR(kernel="precomputed", C=c).fit(k_train, y["train"]).predict(tanimoto(x["valid"], x["train"]))))
-    return SVR(kernel="precomputed", C=best).fit(k_train, y["train"]).predict(tanimoto(x["test"], x["train"])), {"C": best}
+    support: np.ndarray  # [m, BITS] uint8 fingerprint bits of the support vectors
+    coef: np.ndarray  # [m] float64 dual coefficients
+    intercept: float
+    C: float
+
+    @classmethod
+    def fit(cls, bits: np.ndarray, y: np.ndarray, C: float, kernel: np.ndarray | None = None) -> "TanimotoSVR":
+        from sklearn.svm import SVR
+
+        svr = SVR(kernel="precomputed", C=C).fit(tanimoto(bits, bits) if kernel is None else kernel, y)
+        return cls(bits[svr.support_], svr.dual_coef_[0].astype(np.float64), float(svr.intercept_[0]), C)
+
+    def predict(self, bits: np.ndarray) -> np.ndarray:
+        """float64 [n] predictions for [n, BITS] fingerprint bits."""
+        return tanimoto(bits, self.support) @ self.coef + self.intercept
+
+
+def fit_svr(x: dict, y: dict) -> TanimotoSVR:
+    """Tanimoto-kernel SVR on the train split, C chosen on the validation RMSE."""
+    from sklearn.metrics import root_mean_squared_error
+
+    kernel = tanimoto(x["train"], x["train"])
+    fits = {c: TanimotoSVR.fit(x["train"], y["train"], c, kernel) for c in SVR_C}
+    return min(fits.values(), key=lambda svr: root_mean_squared_error(y["valid"], svr.predict(x["valid"])))
 
 
 def fit_rf(x: dict, y: dict, seed: int, trees: int = RF_TREES):
@@ -95,8 +137,12 @@ def run_baseline(shards: Path, out: Path, seeds: list[int], models: list[str], s
     for model in models:
         runs = []
         svr = fit_svr(x, y) if model == "svr" else None  # deterministic: fitted once, one row per seed
+        if svr is not None:
+            pred = svr.predict(x["test"])
+            save_predictions(out / PREDICTIONS.format(split=split), rows_of["test"], pred, y["test"])
+            write_svr_export(out / "export", svr, load_manifest(shards))
         for seed in seeds:
-            pred, chosen = svr if svr is not None else fit_rf(x, y, seed, trees)
+            pred, chosen = (pred, {"C": svr.C}) if svr is not None else fit_rf(x, y, seed, trees)
             true = y["test"][:, None]
             metrics = {"rmse": float(root_mean_squared_error(y["test"], pred)), "mae": float(mean_absolute_error(y["test"], pred)),
                        "cliff_rmse": moleculeace.cliff_rmse(table, rows_of["test"], pred[:, None], true)}
@@ -104,6 +150,47 @@ def run_baseline(shards: Path, out: Path, seeds: list[int], models: list[str], s
         result.append({"label": f"ECFP4 + {model.upper()}", "shards": str(shards), "split": split, "runs": runs, "summary": summarize(runs)})
     write_sweep(out, result)
     return result
+
+
+def save_predictions(path: Path, idx: np.ndarray, y_pred: np.ndarray, y_true: np.ndarray) -> None:
+    """The SVR's predictions in the layout of a run's RUN/eval/<split>-<tag>.npz (idx, y_pred and
+    y_true as [n, 1]), written whole or not at all: what the table's blend averages."""
+    import os
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npz")
+    np.savez(tmp, idx=np.asarray(idx, np.int64), y_pred=np.asarray(y_pred, np.float64)[:, None], y_true=np.asarray(y_true, np.float64)[:, None])
+    tmp.replace(path)
+
+
+def write_svr_export(out: Path, svr: TanimotoSVR, manifest: dict) -> Path:
+    """The SVR as a gtscale export folder (models/export.py's format), which `gtscale predict` reads
+    beside model exports: model.yaml names it (`name: ecfp-svr`, radius, bits, C), model.pt holds
+    tensors only (the support fingerprints packed 8 bits a byte, the dual coefficients and the
+    intercept, fp32 like every export), export.json the shards' task it predicts."""
+    import torch
+
+    from gtscale.models.export import write_export
+
+    state = {"support": torch.from_numpy(np.packbits(svr.support, axis=1)), "coef": torch.from_numpy(svr.coef),
+             "intercept": torch.tensor([svr.intercept])}
+    config = {"name": SVR_EXPORT_NAME, "radius": RADIUS, "bits": BITS, "C": svr.C}
+    meta = {"source": "gtscale baseline ecfp", "task": {"loss": "mse", "metric": "rmse", "evaluator": "regression"},
+            "shards": {k: manifest[k] for k in ("dataset", "task") if k in manifest}}
+    return write_export(out, state, config, meta)
+
+
+def read_svr_export(config: dict, state: dict, where: str) -> TanimotoSVR:
+    """The TanimotoSVR of an export written by write_svr_export (its model.yaml and model.pt, read
+    by models/export.read_export); a UserError naming `where` if they do not fit."""
+    import torch
+
+    if (config.get("radius"), config.get("bits")) != (RADIUS, BITS) or set(state) != {"support", "coef", "intercept"}:
+        raise UserError(f"{where}: not an ECFP4 + SVR export (radius {RADIUS}, {BITS} bits; tensors support, coef, intercept)")
+    support, coef = state["support"], state["coef"]
+    if support.dtype != torch.uint8 or support.ndim != 2 or support.shape[1] * 8 != BITS or coef.shape != (support.shape[0],) or state["intercept"].numel() != 1:
+        raise UserError(f"{where}: its support {tuple(support.shape)} and coef {tuple(coef.shape)} do not fit a {BITS}-bit SVR")
+    return TanimotoSVR(np.unpackbits(support.numpy(), axis=1), coef.double().numpy(), float(state["intercept"].double()), float(config.get("C", 0.0)))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -14,7 +14,10 @@ DIR/<set>/<arm>/ as a sweep folder (sweep.json, sweep.md; `gtscale sweep --compa
   seed's test metrics at its best-validation checkpoint (configs/tasks/moleculeace-egt-*.yaml;
   --config ARM=YAML replaces one; key=value overrides go to every trained arm, --override
   ARM:key=value to one);
-- ensemble: the mean prediction of the seeds of --ensemble-of (default: the last trained arm).
+- ensemble: the mean prediction of the seeds of --ensemble-of (default: the last trained arm);
+- blend: the mean of that ensemble's prediction and ECFP + SVR's, equal weights fixed beforehand
+  (nothing is tuned on test, nor on validation); with 3 seeds, `gtscale predict SEED0 SEED1 SEED2
+  SVR --weights 1 1 1 3` on the seeds' exports and the SVR's (DIR/<set>/ecfp/export) gives it.
 
 A cell is RMSE / cliff RMSE on the test split (mean over seeds); the last rows are the mean over
 sets, the benchmark's headline, and each arm's mean RMSE over ECFP + SVR's. Writes DIR/table.md
@@ -39,6 +42,7 @@ import numpy as np
 
 from gtscale.config import CONFIG_ROOT
 from gtscale.errors import UserError
+from gtscale.experiments.ecfp import PREDICTIONS
 from gtscale.io import atomic_write_text
 
 TABLE_MD, TABLE_JSON = "table.md", "table.json"
@@ -60,8 +64,10 @@ ARMS = {
     "finetune": Arm(str(CONFIG_ROOT / "tasks" / "moleculeace-egt-finetune.yaml")),
     "finetune-features": Arm(str(CONFIG_ROOT / "tasks" / "moleculeace-egt-finetune.yaml"), ("--graph-features", "morgan2048,rdkit2d")),
 }
-ECFP, ENSEMBLE = "ecfp", "ensemble"
-ALL_ARMS = (ECFP, *ARMS, ENSEMBLE)
+ECFP, ENSEMBLE, BLEND = "ecfp", "ensemble", "blend"
+ALL_ARMS = (ECFP, *ARMS, ENSEMBLE, BLEND)
+#: The blend's weight on ECFP + SVR (the ensemble of seeds has the rest).
+BLEND_SVR_WEIGHT = 0.5
 FINETUNE_ARMS = ("finetune", "finetune-features")
 
 
@@ -153,7 +159,9 @@ def run_set(name: str, args: argparse.Namespace, arms: dict[str, tuple[Arm, list
         shard_set(name, shards[()], args.split_seed, common)
     if ECFP in args.arms:
         folder = out / name / ECFP
-        rows[ECFP] = cached_rows(folder, None, [], [0]) or run_baseline(shards[()], folder, [0], ["svr"])
+        cached = cached_rows(folder, None, [], [0])
+        fresh = cached is not None and (folder / PREDICTIONS.format(split="test")).is_file()  # a table before the blend kept no predictions
+        rows[ECFP] = cached if fresh else run_baseline(shards[()], folder, [0], ["svr"])
     for arm_name, (arm, overrides) in arms.items():
         if arm.shard_args not in shards:
             shards[arm.shard_args] = shard_set(name, out / "shards" / f"{name}-{arm_name}", args.split_seed, [*common, *arm.shard_args])
@@ -164,7 +172,29 @@ def run_set(name: str, args: argparse.Namespace, arms: dict[str, tuple[Arm, list
             print(f"moleculeace-table: {name} {arm_name}", file=sys.stderr, flush=True)
             run_sweep(arm.config, overrides, args.seeds, args.nproc, "test", arm_name)
             rows[arm_name] = cached_rows(folder, arm.config, overrides, args.seeds)
+    if BLEND in args.arms:
+        rows[BLEND] = [blend_row(rows[args.ensemble_of][0], out / name / ECFP)]
     return rows
+
+
+def blend_row(seeds_row: dict, ecfp_folder: Path) -> dict:
+    """The blend as a sweep row: BLEND_SVR_WEIGHT × the SVR's test prediction + the rest × the mean
+    of the seeds' (each at its best-validation checkpoint), matched by record idx, scored like a run."""
+    from gtscale.experiments.sweep import ensemble_prediction, summarize, with_cliff_rmse
+    from gtscale.train.evaluate_cli import run_config
+    from gtscale.train.tasks import evaluate
+
+    idx, y_seeds, y_true = ensemble_prediction(seeds_row)
+    svr = np.load(ecfp_folder / PREDICTIONS.format(split="test"))
+    order = np.argsort(svr["idx"])
+    at = order[np.searchsorted(svr["idx"], idx, sorter=order)] if len(idx) == len(svr["idx"]) else None
+    if at is None or not np.array_equal(svr["idx"][at], idx) or not np.allclose(svr["y_true"][at], y_true, atol=1e-4, equal_nan=True):
+        raise UserError(f"{ecfp_folder}: its SVR scored other test molecules than {seeds_row['runs'][0]['run_dir']}; the blend needs the same set and split")
+    y_pred = BLEND_SVR_WEIGHT * svr["y_pred"][at] + (1.0 - BLEND_SVR_WEIGHT) * y_seeds
+    cfg = run_config(Path(seeds_row["runs"][0]["run_dir"]))
+    metrics = with_cliff_rmse(evaluate(y_pred, y_true, cfg.task), cfg.data.shards, idx, y_pred, y_true)
+    run = {"seed": "blend", "seeds": [r["seed"] for r in seeds_row["runs"]], "svr_weight": BLEND_SVR_WEIGHT, "metrics": metrics}
+    return {"label": f"{seeds_row['label']} ensemble + ECFP4 SVR", "split": "test", "runs": [run], "summary": summarize([run])}
 
 
 # --- the table -----------------------------------------------------------------------------------
@@ -199,7 +229,7 @@ def build_table(per_set: dict[str, dict[str, list[dict]]], columns: list[str], e
 
 
 def column_label(column: str, ensemble_of: str | None) -> str:
-    return {ECFP: "ECFP4 + SVR", ENSEMBLE: f"ensemble ({ensemble_of})"}.get(column, column)
+    return {ECFP: "ECFP4 + SVR", ENSEMBLE: f"ensemble ({ensemble_of})", BLEND: f"blend (ensemble of {ensemble_of} + SVR)"}.get(column, column)
 
 
 def markdown(table: dict) -> str:
@@ -238,12 +268,16 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--sets: {unknown[0]!r} is not a MoleculeACE set (one of: {', '.join(known)})")
     arms = trained_arms(args)
     ensemble_of = args.ensemble_of or (list(arms)[-1] if arms else None)
-    if ENSEMBLE in args.arms and ensemble_of not in arms:
-        raise UserError(f"--arms ensemble: averages the seeds of a trained arm; add {ensemble_of or 'one'} to --arms (or choose --ensemble-of)")
+    for derived in (ENSEMBLE, BLEND):
+        if derived in args.arms and ensemble_of not in arms:
+            raise UserError(f"--arms {derived}: averages the seeds of a trained arm; add {ensemble_of or 'one'} to --arms (or choose --ensemble-of)")
+    if BLEND in args.arms and ECFP not in args.arms:
+        raise UserError("--arms blend: averages the ensemble with ECFP + SVR; add ecfp to --arms")
+    args.ensemble_of = ensemble_of
     out = Path(args.out)
     with contextlib.redirect_stdout(sys.stderr):  # progress and the sweeps' reports: stdout is the table
         per_set = {name: run_set(name, args, arms, out) for name in sets}
-    table = build_table(per_set, list(args.arms), ensemble_of if ENSEMBLE in args.arms else None)
+    table = build_table(per_set, list(args.arms), ensemble_of if ENSEMBLE in args.arms or BLEND in args.arms else None)
     text = markdown(table)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / TABLE_JSON, json.dumps(table, indent=1))

@@ -151,23 +151,33 @@ def ensemble_row(row: dict) -> dict | None:
     its best-validation checkpoint (RUN/eval/<split>-<tag>.npz), averaged (ensemble.py), scored
     like one run (+ cliff RMSE on MoleculeACE). None for node tasks, whose Macro-F1 threshold is
     chosen per model on validation."""
-    from gtscale.experiments.ensemble import mean_prediction
     from gtscale.train.evaluate_cli import run_config
     from gtscale.train.tasks import evaluate
 
-    split, runs = row["split"], row["runs"]
+    runs = row["runs"]
     cfg = run_config(Path(runs[0]["run_dir"]))
     if cfg.task.loss == "node_bce":
         return None
+    idx, y_pred, y_true = ensemble_prediction(row)
+    metrics = with_cliff_rmse(evaluate(y_pred, y_true, cfg.task), cfg.data.shards, idx, y_pred, y_true)
+    ensemble = {"seed": "ensemble", "seeds": [r["seed"] for r in runs], "tags": [r["tag"] for r in runs], "metrics": metrics}
+    return {"label": f"{row['label']}, ensemble of {len(runs)}", "split": row["split"], "ensemble_of": row["label"], "runs": [ensemble], "summary": summarize([ensemble])}
+
+
+def ensemble_prediction(row: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(idx, mean prediction, targets) of a sweep row's seeds on its split, each seed at its
+    best-validation checkpoint (RUN/eval/<split>-<tag>.npz); the seeds must have scored the same samples."""
+    from gtscale.experiments.ensemble import mean_prediction
+    from gtscale.train.evaluate_cli import run_config
+
+    split, runs = row["split"], row["runs"]
     saved = [np.load(Path(r["run_dir"]) / "eval" / f"{split}-{r['tag']}.npz") for r in runs]
     idx, y_true = saved[0]["idx"], saved[0]["y_true"]
     for run, other in zip(runs[1:], saved[1:]):
         if not np.array_equal(other["idx"], idx):
             raise UserError(f"{run['run_dir']}: scored other {split} samples than {runs[0]['run_dir']}; an ensemble needs the same shards")
-    y_pred = mean_prediction(np.stack([s["y_pred"] for s in saved]), cfg.task.loss)
-    metrics = with_cliff_rmse(evaluate(y_pred, y_true, cfg.task), cfg.data.shards, idx, y_pred, y_true)
-    ensemble = {"seed": "ensemble", "seeds": [r["seed"] for r in runs], "tags": [r["tag"] for r in runs], "metrics": metrics}
-    return {"label": f"{row['label']}, ensemble of {len(runs)}", "split": split, "ensemble_of": row["label"], "runs": [ensemble], "summary": summarize([ensemble])}
+    loss = run_config(Path(runs[0]["run_dir"])).task.loss
+    return idx, mean_prediction(np.stack([s["y_pred"] for s in saved]), loss), y_true
 
 
 def split_seeds(values: list[str], overrides: list[str]) -> tuple[list[int], list[str]]:

@@ -1,11 +1,12 @@
 """A gtscale export: the one folder format for a trained or imported model.
 
-`gtscale export` (a run's checkpoint) and `gtscale import-checkpoint` (an authors' checkpoint)
-write it with `write_export`; init_from, `gtscale evaluate` and anything that predicts read it
+`gtscale export` (a run's checkpoint), `gtscale import-checkpoint` (an authors' checkpoint) and
+`gtscale baseline ecfp` (its SVR, `name: ecfp-svr`, which only `gtscale predict` reads) write it
+with `write_export`; init_from, `gtscale evaluate` and anything that predicts read it
 with `read_export` / `read_weights` / `load_exported`. The folder holds
 
-    model.pt     tensors only, fp32, keys backbone.* and head.* (the layout of ExportedModel);
-                 read with torch.load(weights_only=True), so nothing in it can run code
+    model.pt     tensors only (floating ones fp32), keys backbone.* and head.* (the layout of
+                 ExportedModel); read with torch.load(weights_only=True), so nothing in it can run code
     model.yaml   the model config (a configs/models/ YAML) with the head in its `head` section
     export.json  where the weights came from (run_dir + tag, or source + format) and the parameter
                  count; its presence marks the folder as one gtscale wrote
@@ -60,7 +61,7 @@ class ExportedModel(nn.Module):
 
 @dataclass
 class Export:
-    """An export read back: the model config (with `head`), the fp32 tensors, and export.json."""
+    """An export read back: the model config (with `head`), the tensors, and export.json."""
 
     folder: Path
     config: dict
@@ -92,11 +93,12 @@ def check_fits(state: dict, model_cfg: dict, where: str) -> ExportedModel:
 def write_export(out: Path, state: dict[str, torch.Tensor], model_cfg: dict, meta: dict) -> Path:
     """Write the three files into `out` (fp32 contiguous copies of the tensors); returns `out`.
 
-    The caller decides which tensors belong (the trainer drops its distance head); a folder that
-    holds anything but an earlier export is refused before anything is written."""
+    The caller decides which tensors belong (the trainer drops its distance head); floating tensors
+    are written as fp32, integer ones as they are; a folder that holds anything but an earlier
+    export is refused before anything is written."""
     out = claim_export_dir(out)
     out.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().float().contiguous().clone() for k, v in state.items()}
+    state = {k: (v.detach().float() if v.is_floating_point() else v.detach()).contiguous().clone() for k, v in state.items()}
     tmp = out / f"{MODEL_FILE}.{os.getpid()}.tmp"
     torch.save(state, tmp)
     tmp.replace(out / MODEL_FILE)

@@ -1,18 +1,23 @@
 """`gtscale moleculeace-table` end to end on the smallest set: ECFP + SVR and a tiny EGT arm (2
-seeds, 2 steps) with its ensemble, in one table whose cells are the arms' own sweep results."""
+seeds, 2 steps) with its ensemble and its blend with the SVR, in one table whose cells are the
+arms' own sweep results; `gtscale predict` on the exports gives the blend's predictions."""
 
 import argparse
 import json
 import os
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
 from gtscale.cli import main
 from gtscale.errors import UserError
+from gtscale.experiments import moleculeace
 from gtscale.experiments import moleculeace_table as mt
-from gtscale.experiments.sweep import read_rows
+from gtscale.experiments.sweep import ensemble_prediction, read_rows
+from gtscale.train.tasks import evaluate
 
 SET = "CHEMBL2835_Ki"  # 615 molecules, the smallest bundled set
 
@@ -30,9 +35,9 @@ def tiny_config(path: Path) -> Path:
     return path
 
 
-def test_table_of_ecfp_and_a_trained_arm_with_its_ensemble(tmp_path, capsys):
+def test_table_of_ecfp_and_a_trained_arm_with_its_ensemble_and_blend(tmp_path, capsys):
     out = tmp_path / "ace"
-    argv = ["moleculeace-table", "--out", str(out), "--sets", SET, "--arms", "ecfp", "scratch", "ensemble", "--seeds", "0", "1",
+    argv = ["moleculeace-table", "--out", str(out), "--sets", SET, "--arms", "ecfp", "scratch", "ensemble", "blend", "--seeds", "0", "1",
             "--config", f"scratch={tiny_config(tmp_path / 'tiny.yaml')}", "--shard-args", "--lap-k 0 --svd-rank 0", "schedule.total_steps=2"]
     assert main(argv) == 0
     printed = capsys.readouterr().out
@@ -46,11 +51,36 @@ def test_table_of_ecfp_and_a_trained_arm_with_its_ensemble(tmp_path, capsys):
     assert seeds_row["summary"]["rmse"]["n"] == 2 and ensemble_row["ensemble_of"] == "scratch"
     assert printed == (out / "table.md").read_text()  # the runs' reports go to stderr
     lines = printed.splitlines()
-    assert lines[2] == "| set | ECFP4 + SVR | scratch | ensemble (scratch) |"
+    assert lines[2] == "| set | ECFP4 + SVR | scratch | ensemble (scratch) | blend (ensemble of scratch + SVR) |"
     assert lines[4].startswith(f"| {SET} | {ecfp_row['summary']['rmse']['mean']:.3f} / {ecfp_row['summary']['cliff_rmse']['mean']:.3f} |")
     assert lines[5].startswith("| **mean over 1 sets** |")
     ratio = seeds_row["summary"]["rmse"]["mean"] / ecfp_row["summary"]["rmse"]["mean"]
-    assert lines[6] == f"| mean RMSE ÷ ECFP4 + SVR's | 1.000 | {ratio:.3f} | {ensemble_row['summary']['rmse']['mean'] / ecfp_row['summary']['rmse']['mean']:.3f} |"
+    assert lines[6].startswith(f"| mean RMSE ÷ ECFP4 + SVR's | 1.000 | {ratio:.3f} | {ensemble_row['summary']['rmse']['mean'] / ecfp_row['summary']['rmse']['mean']:.3f} |")
+
+    # the blend: half the seeds' mean prediction, half the SVR's, matched by record idx
+    idx, y_seeds, y_true = ensemble_prediction(seeds_row)
+    svr = np.load(out / SET / "ecfp" / "svr-test.npz")
+    svr_by_idx = dict(zip(svr["idx"].tolist(), svr["y_pred"][:, 0].tolist()))
+    y_blend = 0.5 * y_seeds + 0.5 * np.array([[svr_by_idx[i]] for i in idx.tolist()])
+    assert not np.allclose(y_blend, y_seeds, atol=1e-3)  # the SVR moved it
+    expected_rmse = evaluate(y_blend, y_true, seeds_row_task(seeds_row))["rmse"]
+    assert cells["blend"]["rmse"]["mean"] == pytest.approx(expected_rmse, rel=1e-9)
+    assert table["mean"]["blend"]["sets"] == 1 and "cliff_rmse" in cells["blend"]
+
+    # ... which `gtscale predict` gives from the seeds' best exports and the SVR's, weighted 1 1 2
+    shards = out / "shards" / SET
+    source = moleculeace.source_table(shards)
+    csv = tmp_path / "test.csv"
+    pd.DataFrame({"smiles": [source.smiles[i] for i in idx.tolist()]}).to_csv(csv, index=False)
+    exports = []
+    for seed in (0, 1):
+        assert main(["export", str(out / SET / "scratch" / f"seed-{seed}"), "--out", str(tmp_path / f"export-{seed}")]) == 0
+        exports.append(str(tmp_path / f"export-{seed}"))
+    assert main(["predict", *exports, str(out / SET / "ecfp" / "export"), "--weights", "1", "1", "2", "--input", str(csv),
+                 "--out", str(tmp_path / "blend.csv"), "--no-progress"]) == 0
+    predicted = pd.read_csv(tmp_path / "blend.csv")
+    np.testing.assert_allclose(predicted.filter(like="_mean").iloc[:, 0], y_blend[:, 0], atol=1e-4)
+    capsys.readouterr()
 
     # a second call reads the finished arms instead of training again; --json prints table.json
     metrics_file = out / SET / "scratch" / "seed-0" / "metrics.jsonl"
@@ -61,6 +91,12 @@ def test_table_of_ecfp_and_a_trained_arm_with_its_ensemble(tmp_path, capsys):
     # other settings for the same folder are refused, not overwritten
     assert main([*argv[:-1], "schedule.total_steps=3"]) == 2
     assert "holds a sweep with other settings" in capsys.readouterr().err
+
+
+def seeds_row_task(row: dict):
+    from gtscale.train.evaluate_cli import run_config
+
+    return run_config(Path(row["runs"][0]["run_dir"])).task
 
 
 def args(**values) -> argparse.Namespace:
@@ -92,3 +128,5 @@ def test_unknown_set_and_an_ensemble_without_its_arm_are_refused(tmp_path, capsy
     assert "'CHEMBL1_Ki' is not a MoleculeACE set" in capsys.readouterr().err
     assert main(["moleculeace-table", "--out", str(tmp_path / "o"), "--sets", SET, "--arms", "ecfp", "ensemble"]) == 2
     assert "--arms ensemble: averages the seeds of a trained arm" in capsys.readouterr().err and not (tmp_path / "o").exists()
+    assert main(["moleculeace-table", "--out", str(tmp_path / "o"), "--sets", SET, "--arms", "scratch", "blend"]) == 2
+    assert "--arms blend: averages the ensemble with ECFP + SVR; add ecfp" in capsys.readouterr().err and not (tmp_path / "o").exists()
