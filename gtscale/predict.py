@@ -7,8 +7,8 @@ featurizer (prep), the loader's collate, the export reader and the task's predic
   batched by the loader's `collate`: the model sees exactly what it saw in training.
 - One export gives a `<name>_pred` column per target; several form an ensemble, and each target
   gets `<name>_mean` and `<name>_std` (over the members, ddof 0; `--weights` weighs both). The
-  suffixes keep a labelled input's own target columns beside the predictions. Regression predictions are in
-  the targets' units; a binary (bce) task's are probabilities.
+  suffixes keep a labelled input's own target columns beside the predictions. Regression
+  predictions are in the targets' units; a binary (bce) task's are probabilities.
 - A row RDKit cannot parse (or one the sharder would reject) gets empty predictions and its reason
   in the `reason` column; the other columns of the input are kept.
 - `--input` may also be a shard folder (manifest.json): every record of the chosen splits is

@@ -91,7 +91,7 @@ def check_fits(state: dict, model_cfg: dict, where: str) -> ExportedModel:
 
 
 def write_export(out: Path, state: dict[str, torch.Tensor], model_cfg: dict, meta: dict) -> Path:
-    """Write the three files into `out` (fp32 contiguous copies of the tensors); returns `out`.
+    """Write the three files into `out` (contiguous copies of the tensors); returns `out`.
 
     The caller decides which tensors belong (the trainer drops its distance head); floating tensors
     are written as fp32, integer ones as they are; a folder that holds anything but an earlier
