@@ -11,6 +11,21 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from shard_fixtures import SHARD_SIZES, nci_records, write_dataset  # noqa: E402
 
+#: The modules with the longest tests (see `./launch/test`'s slowest durations), run first: xdist
+#: hands tests out in collection order, and a long test started last leaves the other worker idle
+#: at the end. Sorting whole modules keeps each module's tests together (its fixtures set up once).
+LONGEST_FIRST = (
+    "train/test_compiled_training.py", "test_quickstart.py", "train/test_gpu_check.py", "models/test_cli.py",
+    "train/test_trainer.py", "models/test_compiled.py", "slurm/test_train_multinode.py", "train/test_export_finetune.py",
+    "train/test_local_launch.py", "experiments/test_kernel_svr.py", "experiments/test_moleculeace_table.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    tests = Path(__file__).parent
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.relative_to(tests).as_posix() if item.path.is_relative_to(tests) else "", len(rank)))
+
 
 @pytest.fixture(scope="session")
 def nci_by_idx() -> dict[int, dict]:

@@ -20,7 +20,9 @@ from cluster import REPO, cluster, sbatch, scontrol_jobs, tail, venv_export, wai
 SHARD_SIZE = "500"
 WAIT_S = 240
 
-pytestmark = pytest.mark.slow
+# One xdist worker runs every SLURM test: each module's private cluster numbers its jobs from 1,
+# and test_slurm_local finds a job's processes by SLURM_JOB_ID.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
 
 
 def _records(manifest: dict) -> int:

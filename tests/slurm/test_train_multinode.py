@@ -28,7 +28,9 @@ TOTAL_STEPS = 60  # ~20 steps/s here: the signal must land before the run ends
 SIGNAL_AFTER = 5  # logged steps before the signal
 WAIT_S = 240  # from submission to the requeued job's end
 
-pytestmark = pytest.mark.slow
+# One xdist worker runs every SLURM test: each module's private cluster numbers its jobs from 1,
+# and test_slurm_local finds a job's processes by SLURM_JOB_ID.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
 
 
 def _job(env: dict, job_id: str) -> dict[str, str]:
