@@ -265,7 +265,7 @@ MODEL_CHOSEN_LOADER_KEYS = ("keys", "path_edges_max_dist")
 
 #: What the trainer records in a run's config.yaml beside the TrainConfig itself (read back by
 #: `gtscale evaluate`, which must leave them out to rebuild the TrainConfig).
-RUN_RECORD_KEYS = ("model_resolved", "world_size", "backend")
+RUN_RECORD_KEYS = ("model_resolved", "num_targets", "world_size", "backend")
 
 
 def read_train_config(path: str | Path, overrides: list[str]) -> TrainConfig:

@@ -72,8 +72,9 @@ def export(run_dir: Path, tag: str, out: Path) -> Path:
         state = safe_load.load_file(folder / "mp_rank_00_model_states.pt")["module"]
     # The auxiliary distance head only shapes training; the export is the backbone and task head.
     state = {k: v for k, v in state.items() if not k.startswith("distance_head.")}
-    model_cfg = {**config["model_resolved"], "head": config_head(config)}
-    return write_export(out, state, model_cfg, {"run_dir": str(run_dir), "tag": tag, **prediction_record(config)})
+    record = prediction_record(config)
+    model_cfg = {**config["model_resolved"], "head": config_head(config, record.get("shards", {}).get("task", {}).get("num_targets"))}
+    return write_export(out, state, model_cfg, {"run_dir": str(run_dir), "tag": tag, **record})
 
 
 def prediction_record(config: dict) -> dict:
@@ -89,9 +90,13 @@ def prediction_record(config: dict) -> dict:
     return {"task": config["task"], "shards": {k: manifest[k] for k in ("dataset", "transform", "task", "features") if k in manifest}}
 
 
-def config_head(config: dict) -> dict:
-    """The head the run trained: the model YAML's head with the task's overrides (as the trainer builds it)."""
-    return {**config["model_resolved"].get("head", {"kind": "graph"}), **config["task"]["head"]}
+def config_head(config: dict, shard_targets: int | None = None) -> dict:
+    """The head the run trained, as the trainer builds it: the model YAML's head with the task's
+    overrides and one output per target. The target count is the one config.yaml records; a run
+    recorded before it was (stop 24) takes its shards' count, else the YAML's num_outputs."""
+    head = {**config["model_resolved"].get("head", {"kind": "graph"}), **config["task"]["head"]}
+    targets = config.get("num_targets", shard_targets)
+    return head | ({"num_outputs": int(targets)} if targets is not None else {})
 
 
 def run(args: argparse.Namespace) -> int:

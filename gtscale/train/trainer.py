@@ -156,7 +156,7 @@ class Trainer:
         if self.rank == 0:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             # keys of config.RUN_RECORD_KEYS, which `gtscale evaluate` leaves out when it reads this back
-            record = {"model_resolved": self.model_cfg, "world_size": self.world_size, "backend": dist.get_backend()}
+            record = {"model_resolved": self.model_cfg, "num_targets": num_targets, "world_size": self.world_size, "backend": dist.get_backend()}
             resolved = to_dict(cfg) | record
             atomic_write_text(self.run_dir / "config.yaml", yaml.safe_dump(resolved, sort_keys=False))
         dist.barrier()

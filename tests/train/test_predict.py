@@ -131,3 +131,23 @@ def test_shards_with_other_graph_features_are_refused(trained, tmp_path, capsys)
     assert "are not the ones" in capsys.readouterr().err and not (tmp_path / "p.csv").exists()
     assert main(["predict", str(export), "--input", str(csv), "--smiles-column", "SMILES", "--out", str(tmp_path / "p.csv")]) == 2
     assert "missing column 'SMILES'" in capsys.readouterr().err
+
+
+def test_an_export_of_several_targets_predicts_each_of_them(tmp_path):
+    """The export's head has one output per target: before stop 24, `gtscale export` wrote the
+    model YAML's num_outputs (1), so predict refused every multi-target export (the MOSES
+    pretraining's ten descriptors) as not fitting its model."""
+    csv = tpsa_csv(tmp_path / "tpsa.csv", rows=60)
+    frame = pd.read_csv(csv)
+    frame["tenth"] = frame["tpsa"] / 10
+    frame.to_csv(csv, index=False)
+    shards = tmp_path / "shards"
+    assert main(["shard", "smiles-csv", "--input", str(csv), "--target-columns", "tpsa,tenth", "--split-column", "split",
+                 "--out", str(shards), "--no-progress", "--lap-k", "0", "--svd-rank", "4"]) == 0
+    run_dir = train_tiny(shards, tmp_path / "run")
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["num_targets"] == 2
+    assert main(["export", str(run_dir), "--out", str(tmp_path / "export")]) == 0
+    assert yaml.safe_load((tmp_path / "export" / "model.yaml").read_text())["head"]["num_outputs"] == 2
+    assert main(["predict", str(tmp_path / "export"), "--input", str(csv), "--out", str(tmp_path / "p.csv"), "--no-progress"]) == 0
+    out = pd.read_csv(tmp_path / "p.csv")
+    assert {"tpsa_pred", "tenth_pred"} <= set(out.columns) and out[["tpsa_pred", "tenth_pred"]].notna().all().all()
