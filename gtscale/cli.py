@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 #: `gtscale <command> <name>` handled by another module than <command>'s own → (module, help)
 SUBCOMMANDS: dict[tuple[str, str], tuple[str, str]] = {
     ("baseline", "ecfp"): ("gtscale.experiments.ecfp", "ECFP (Morgan r=2, 2048 bits) + SVR / RF on a MoleculeACE shard set's split, as a sweep row"),
+    ("baseline", "kernel"): ("gtscale.experiments.kernel_baseline", "SVR on ECFP4 Tanimoto + an RBF kernel on a pretrained export's representation, as a sweep row"),
     ("shard", "graph-ego"): ("gtscale.graphs.shard_cli", "ego-subgraph shards of each split's target nodes of a graph store"),
 }
 

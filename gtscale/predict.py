@@ -16,6 +16,9 @@ featurizer (prep), the loader's collate, the export reader and the task's predic
 - An ECFP + SVR export (`gtscale baseline ecfp`'s DIR/export, model.yaml `name: ecfp-svr`) is a
   member like a model: its Morgan bits are computed from the SMILES (so not from a shard folder);
   `gtscale moleculeace-table`'s blend is the seeds' exports and it with `--weights 1 1 1 3`.
+- A kernel SVR export (`gtscale baseline kernel`'s DIR/export, `name: kernel-svr`) carries its
+  backbone: its Morgan bits and the backbone's graph representation (graph_representation, with
+  the backbone's own featurisation) are computed from the SMILES, so again not from a shard folder.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from tqdm import tqdm
 from gtscale.config import from_dict
 from gtscale.errors import UserError
 from gtscale.experiments.ecfp import SVR_EXPORT_NAME, TanimotoSVR, ecfp_parsed, read_svr_export
+from gtscale.experiments.kernel_svr import KERNEL_EXPORT_NAME, KernelSVR, read_kernel_export
 from gtscale.format import schema
 from gtscale.format.decode import Record
 from gtscale.io import atomic_write_text
@@ -78,24 +82,53 @@ class FingerprintExport:
     target_names: list[str]
 
 
-def load_export(path: Path) -> LoadedExport | FingerprintExport:
+@dataclass
+class KernelExport:
+    """A kernel SVR export ready to predict (experiments/kernel_svr.py): the SVR and the backbone
+    whose graph representation it reads."""
+
+    path: Path
+    svr: KernelSVR
+    backbone: LoadedExport
+    task: TaskConfig
+    target_names: list[str]
+
+
+def load_export(path: Path) -> LoadedExport | FingerprintExport | KernelExport:
     """Read an export folder (or its model.pt): weights-only, checked against its model config.
 
     The one place predict reads exports."""
-    from gtscale.models.export import MODEL_FILE, check_fits, read_export
-    from gtscale.train.task_model import GraphTaskModel, loader_keys
+    from gtscale.models.export import MODEL_FILE, read_export
 
     export = read_export(path)
     meta, model_cfg, folder = export.meta, export.config, export.folder
+    _check_record(meta, folder)
+    names = list(meta["shards"].get("task", {}).get("target_names", []))
+    task = from_dict(TaskConfig, meta["task"], prefix="task.")
+    if model_cfg.get("name") == SVR_EXPORT_NAME:
+        return FingerprintExport(folder, read_svr_export(model_cfg, export.state, str(folder / MODEL_FILE)), task, names or ["y0"])
+    if model_cfg.get("name") == KERNEL_EXPORT_NAME:
+        svr, backbone_state = read_kernel_export(model_cfg, export.state, str(folder / MODEL_FILE))
+        _check_record(meta.get("backbone", {}), folder)
+        backbone = _loaded_model(folder, model_cfg["backbone"], backbone_state, meta["backbone"])
+        return KernelExport(folder, svr, backbone, task, names or ["y0"])
+    return _loaded_model(folder, model_cfg, export.state, meta)
+
+
+def _check_record(meta: dict, folder: Path) -> None:
     if "shards" not in meta or "task" not in meta:
         raise UserError(f"{folder / 'export.json'}: does not record the run's task and shards (exported before `gtscale predict` "
                         "existed, or imported): export the run again with `gtscale export`")
+
+
+def _loaded_model(folder: Path, model_cfg: dict, state: dict, meta: dict) -> LoadedExport:
+    """A model export's weights in its model, with how its shards were made (export.json's record)."""
+    from gtscale.models.export import MODEL_FILE, check_fits
+    from gtscale.train.task_model import GraphTaskModel, loader_keys
+
     shards = meta["shards"]
     names = list(shards.get("task", {}).get("target_names", []))
-    if model_cfg.get("name") == SVR_EXPORT_NAME:
-        svr = read_svr_export(model_cfg, export.state, str(folder / MODEL_FILE))
-        return FingerprintExport(folder, svr, from_dict(TaskConfig, meta["task"], prefix="task."), names or ["y0"])
-    module = check_fits(export.state, model_cfg, str(folder / MODEL_FILE))
+    module = check_fits(state, model_cfg, str(folder / MODEL_FILE))
     if shards.get("task", {}).get("type") == NODE_TASK:
         raise UserError(f"{folder}: a node-task export; `gtscale predict` scores molecules (graph tasks)")
     transform = shards.get("transform", {})
@@ -121,7 +154,7 @@ class Predictor:
     """Predictions of one or more exports for molecules, batch by batch (records made once per
     distinct featurisation among the exports)."""
 
-    def __init__(self, exports: list[LoadedExport | FingerprintExport], weights: list[float] | None = None):
+    def __init__(self, exports: list[LoadedExport | FingerprintExport | KernelExport], weights: list[float] | None = None):
         names = exports[0].target_names
         for export in exports[1:]:
             if export.target_names != names:
@@ -142,6 +175,14 @@ class Predictor:
         reasons = [""] * len(smiles)
         made: dict[ShardOptions, tuple[list[Record], list[int]]] = {}
         for member, export in enumerate(self.exports):
+            if isinstance(export, KernelExport):
+                bits, parsed = ecfp_parsed(smiles)
+                z, why = graph_representation(export.backbone, smiles)
+                kept = parsed & ~np.isnan(z).any(axis=1)
+                out[member, kept, 0] = export.svr.predict(bits[kept], z[kept])
+                for row in np.flatnonzero(~kept):
+                    reasons[row] = reasons[row] or why[row] or ("empty_smiles" if not smiles[row] else "invalid_smiles")
+                continue
             if isinstance(export, FingerprintExport):
                 bits, parsed = ecfp_parsed(smiles)
                 out[member, parsed, 0] = export.svr.predict(bits[parsed])
@@ -154,6 +195,20 @@ class Predictor:
             if records:
                 out[member, rows] = self.scores(export, records)
         return out, reasons
+
+
+@torch.no_grad()
+def graph_representation(export: LoadedExport, smiles: list[str], batch_size: int = 64) -> tuple[np.ndarray, list[str]]:
+    """(float32 [n, d] pooled graph representation of each molecule: what the export's backbone
+    hands its task head, NaN where a molecule was rejected; reason per molecule, "" if none),
+    featurised as the export's shards were. The input of `gtscale baseline kernel`'s SVR."""
+    reasons = [""] * len(smiles)
+    records, rows = _records(smiles, export.options, reasons)
+    out = np.full((len(smiles), export.model.backbone.graph_dim), np.nan, np.float32)
+    for start in range(0, len(records), batch_size):
+        batch = collate(records[start : start + batch_size], export.keys, export.path_dist).to(_device())
+        out[rows[start : start + batch_size]] = export.model.backbone(batch).graph.float().cpu().numpy()
+    return out, reasons
 
 
 def _records(smiles: list[str], options: ShardOptions, reasons: list[str]) -> tuple[list[Record], list[int]]:
@@ -214,8 +269,8 @@ def predict_shards(predictor: Predictor, folder: Path, splits: list[str] | None,
     if unknown:
         raise UserError(f"--splits: {unknown[0]!r} is not a split of {folder} (has {', '.join(manifest['splits'])})")
     for export in predictor.exports:
-        if isinstance(export, FingerprintExport):
-            raise UserError(f"{export.path}: an ECFP + SVR export reads SMILES, which shards do not keep: predict from a CSV of SMILES instead")
+        if isinstance(export, (FingerprintExport, KernelExport)):
+            raise UserError(f"{export.path}: an SVR export (ECFP + SVR, or the kernel SVR) reads SMILES, which shards do not keep: predict from a CSV of SMILES instead")
         made = manifest.get("features", {}).get("graph")
         wanted = export.options.graph_features.manifest() if export.options.graph_features else None
         if wanted and made != wanted:

@@ -10,6 +10,9 @@ as the features arm's --graph-features, gets DIR/shards/<set>-<arm>), then each 
 DIR/<set>/<arm>/ as a sweep folder (sweep.json, sweep.md; `gtscale sweep --compare` reads them):
 
 - ecfp: ECFP4 + Tanimoto SVR (experiments/ecfp.py), deterministic, so one seed;
+- kernel: an SVR on the Tanimoto kernel plus an RBF kernel on the pretrained export's (--init-from)
+  graph representation, the backbone frozen, the kernel weight and C chosen on validation
+  (experiments/kernel_svr.py), deterministic, one seed;
 - scratch, finetune, finetune-features: `gtscale sweep` of a training config over --seeds, each
   seed's test metrics at its best-validation checkpoint (configs/tasks/moleculeace-egt-*.yaml;
   --config ARM=YAML replaces one; key=value overrides go to every trained arm, --override
@@ -64,8 +67,8 @@ ARMS = {
     "finetune": Arm(str(CONFIG_ROOT / "tasks" / "moleculeace-egt-finetune.yaml")),
     "finetune-features": Arm(str(CONFIG_ROOT / "tasks" / "moleculeace-egt-finetune.yaml"), ("--graph-features", "morgan2048,rdkit2d")),
 }
-ECFP, ENSEMBLE, BLEND = "ecfp", "ensemble", "blend"
-ALL_ARMS = (ECFP, *ARMS, ENSEMBLE, BLEND)
+ECFP, KERNEL, ENSEMBLE, BLEND = "ecfp", "kernel", "ensemble", "blend"
+ALL_ARMS = (ECFP, KERNEL, *ARMS, ENSEMBLE, BLEND)
 #: The blend's weight on ECFP + SVR (the ensemble of seeds has the rest).
 BLEND_SVR_WEIGHT = 0.5
 FINETUNE_ARMS = ("finetune", "finetune-features")
@@ -80,7 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split-seed", type=int, default=0, help="seed of the validation split carved from each set's train split (default 0)")
     parser.add_argument("--config", action="append", default=[], metavar="ARM=YAML", help="replace an arm's training config")
     parser.add_argument("--override", action="append", default=[], metavar="ARM:key=value", help="an override for one arm only")
-    parser.add_argument("--init-from", default=None, help="the pretrained export the fine-tuned arms start from (default: their config's init_from)")
+    parser.add_argument("--init-from", default=None, help="the pretrained export the fine-tuned arms start from and the kernel arm reads (default: the finetune config's init_from)")
     parser.add_argument("--graph-features", default=None, help="the features arm's `gtscale shard --graph-features` value (default morgan2048,rdkit2d)")
     parser.add_argument("--ensemble-of", default=None, choices=list(ARMS), help="the arm whose seeds the ensemble averages (default: the last trained arm)")
     parser.add_argument("--shard-args", default="", help="extra `gtscale shard` options for every set, one string (e.g. \"--lap-k 0\")")
@@ -155,13 +158,15 @@ def run_set(name: str, args: argparse.Namespace, arms: dict[str, tuple[Arm, list
     common = shlex.split(args.shard_args)
     shards = {(): out / "shards" / name}
     rows: dict[str, list[dict]] = {}
-    if ECFP in args.arms or any(not arm.shard_args for arm, _ in arms.values()):
+    if ECFP in args.arms or KERNEL in args.arms or any(not arm.shard_args for arm, _ in arms.values()):
         shard_set(name, shards[()], args.split_seed, common)
     if ECFP in args.arms:
         folder = out / name / ECFP
         cached = cached_rows(folder, None, [], [0])
         fresh = cached is not None and (folder / PREDICTIONS.format(split="test")).is_file()  # a table before the blend kept no predictions
         rows[ECFP] = cached if fresh else run_baseline(shards[()], folder, [0], ["svr"])
+    if KERNEL in args.arms:
+        rows[KERNEL] = kernel_rows(shards[()], kernel_backbone(args), out / name / KERNEL)
     for arm_name, (arm, overrides) in arms.items():
         if arm.shard_args not in shards:
             shards[arm.shard_args] = shard_set(name, out / "shards" / f"{name}-{arm_name}", args.split_seed, [*common, *arm.shard_args])
@@ -175,6 +180,30 @@ def run_set(name: str, args: argparse.Namespace, arms: dict[str, tuple[Arm, list
     if BLEND in args.arms:
         rows[BLEND] = [blend_row(rows[args.ensemble_of][0], out / name / ECFP)]
     return rows
+
+
+def kernel_backbone(args: argparse.Namespace) -> Path:
+    """The export the kernel arm reads: --init-from, else the finetune config's init_from."""
+    from gtscale.config import load_yaml
+
+    backbone = args.init_from or load_yaml(ARMS["finetune"].config).get("init_from")
+    if not backbone or not Path(backbone).exists():
+        raise UserError(f"--arms kernel: reads a pretrained export; {backbone or 'none'} not found (pass --init-from)")
+    return Path(backbone)
+
+
+def kernel_rows(shards: Path, backbone: Path, folder: Path) -> list[dict]:
+    """The kernel arm's sweep rows: read back when `folder` holds them for this backbone, else fitted."""
+    from gtscale.experiments.kernel_baseline import run_kernel_baseline
+    from gtscale.experiments.sweep import read_rows
+
+    if (folder / "sweep.json").is_file():
+        rows = read_rows(folder)
+        if rows[0].get("backbone") != str(backbone):
+            raise UserError(f"{folder}: holds the kernel arm of backbone {rows[0].get('backbone')!r}, not {backbone}; choose another --out or remove it")
+        return rows
+    print(f"moleculeace-table: {shards.name} {KERNEL}", file=sys.stderr, flush=True)
+    return run_kernel_baseline(shards, backbone, folder)
 
 
 def blend_row(seeds_row: dict, ecfp_folder: Path) -> dict:
@@ -229,7 +258,7 @@ def build_table(per_set: dict[str, dict[str, list[dict]]], columns: list[str], e
 
 
 def column_label(column: str, ensemble_of: str | None) -> str:
-    return {ECFP: "ECFP4 + SVR", ENSEMBLE: f"ensemble ({ensemble_of})", BLEND: f"blend (ensemble of {ensemble_of} + SVR)"}.get(column, column)
+    return {ECFP: "ECFP4 + SVR", KERNEL: "ECFP4 + gtscale kernel SVR", ENSEMBLE: f"ensemble ({ensemble_of})", BLEND: f"blend (ensemble of {ensemble_of} + SVR)"}.get(column, column)
 
 
 def markdown(table: dict) -> str:
@@ -274,6 +303,8 @@ def run(args: argparse.Namespace) -> int:
     if BLEND in args.arms and ECFP not in args.arms:
         raise UserError("--arms blend: averages the ensemble with ECFP + SVR; add ecfp to --arms")
     args.ensemble_of = ensemble_of
+    if KERNEL in args.arms:
+        kernel_backbone(args)  # refused before any set is sharded
     out = Path(args.out)
     with contextlib.redirect_stdout(sys.stderr):  # progress and the sweeps' reports: stdout is the table
         per_set = {name: run_set(name, args, arms, out) for name in sets}

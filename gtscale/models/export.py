@@ -1,9 +1,10 @@
 """A gtscale export: the one folder format for a trained or imported model.
 
-`gtscale export` (a run's checkpoint), `gtscale import-checkpoint` (an authors' checkpoint) and
-`gtscale baseline ecfp` (its SVR, `name: ecfp-svr`, which only `gtscale predict` reads) write it
-with `write_export`; init_from, `gtscale evaluate` and anything that predicts read it
-with `read_export` / `read_weights` / `load_exported`. The folder holds
+`gtscale export` (a run's checkpoint), `gtscale import-checkpoint` (an authors' checkpoint),
+`gtscale baseline ecfp` and `gtscale baseline kernel` (their SVRs, `name: ecfp-svr` and
+`kernel-svr`, which only `gtscale predict` reads) write it with `write_export`; init_from,
+`gtscale evaluate` and anything that predicts read it with `read_export` / `read_weights` /
+`load_exported`. The folder holds
 
     model.pt     tensors only (floating ones fp32), keys backbone.* and head.* (the layout of
                  ExportedModel); read with torch.load(weights_only=True), so nothing in it can run code

@@ -75,7 +75,7 @@ def test_bad_weights_and_a_shard_folder_input_are_one_line_errors(fitted, tmp_pa
                  "--lap-k", "0", "--svd-rank", "0"]) == 0
     capsys.readouterr()
     assert main(["predict", str(export), "--input", str(shards), "--out", str(tmp_path / "p.csv")]) == 2
-    assert "an ECFP + SVR export reads SMILES" in capsys.readouterr().err and not (tmp_path / "p.csv").exists()
+    assert "an SVR export (ECFP + SVR, or the kernel SVR) reads SMILES" in capsys.readouterr().err and not (tmp_path / "p.csv").exists()
 
 
 class _Payload:

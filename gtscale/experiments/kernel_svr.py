@@ -1,0 +1,134 @@
+"""An SVR on two kernels, the Tanimoto kernel on ECFP4 bits (the MoleculeACE paper's SVM) and an
+RBF kernel on what a pretrained gtscale model makes of each molecule, and its export: the model of
+`gtscale baseline kernel` (experiments/kernel_baseline.py), which `gtscale predict` reads.
+
+    k(a, b) = (T(ecfp_a, ecfp_b) + w · exp(-γ ‖z_a − z_b‖²)) / (1 + w)
+
+z is the export's pooled graph representation (the input of its task head, predict.py's
+graph_representation), featurised as the export's own shards were, standardised per dimension
+with the train split's mean and std; γ = 1 / the median squared distance between train molecules
+(the median heuristic, fixed, not tuned). The backbone stays frozen: nothing of it is trained on
+the set, so a set of a few hundred molecules fits only the SVR's dual coefficients. w (0 is the
+plain ECFP4 SVR) and C are chosen together on the validation RMSE, like the ECFP baseline's C.
+
+The export (model.yaml `name: kernel-svr`) carries the backbone it reads: model.pt holds the
+backbone export's tensors under `backbone.` beside the SVR's (support bits packed, standardised
+support representations, dual coefficients, intercept, the train statistics of z), model.yaml the
+backbone's config under `backbone`, export.json the backbone's task and shards record (how its
+molecules are featurised) under `backbone`. Tensors only, like every export.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gtscale.errors import UserError
+from gtscale.experiments.ecfp import BITS, RADIUS, SVR_C, tanimoto
+
+#: The weights of the representation kernel tried (with every C of the ECFP baseline).
+WEIGHTS = (0.0, 0.25, 0.5, 1.0, 2.0)
+#: What names a kernel SVR export (model.yaml `name`).
+KERNEL_EXPORT_NAME = "kernel-svr"
+SVR_TENSORS = ("support", "z", "coef", "intercept", "z_mean", "z_std")
+
+
+def squared_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    return np.maximum((a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * a @ b.T, 0.0)
+
+
+def rbf(a: np.ndarray, b: np.ndarray, gamma: float) -> np.ndarray:
+    return np.exp(-gamma * squared_distances(a, b))
+
+
+@dataclass(frozen=True)
+class KernelSVR:
+    """A fitted SVR on the combined kernel, in closed form over its support molecules (scikit-learn's
+    precomputed-kernel SVR, its dual solution kept): f(x) = Σ_i coef_i · k(x, s_i) + intercept."""
+
+    bits: np.ndarray  # [m, BITS] uint8 ECFP4 bits of the support molecules
+    z: np.ndarray  # [m, d] their standardised representations
+    coef: np.ndarray  # [m] float64 dual coefficients
+    intercept: float
+    C: float
+    weight: float  # w
+    gamma: float  # γ
+    z_mean: np.ndarray  # [d] train-split statistics that standardise z
+    z_std: np.ndarray
+
+    def kernel(self, bits: np.ndarray, z: np.ndarray) -> np.ndarray:
+        """[n, m] kernel of molecules (bits, raw representation z) with the support molecules."""
+        return combined(bits, (z - self.z_mean) / self.z_std, self.bits, self.z, self.weight, self.gamma)
+
+    def predict(self, bits: np.ndarray, z: np.ndarray) -> np.ndarray:
+        return self.kernel(bits, z) @ self.coef + self.intercept
+
+
+def combined(bits_a, z_a, bits_b, z_b, weight: float, gamma: float) -> np.ndarray:
+    return (tanimoto(bits_a, bits_b) + weight * rbf(z_a, z_b, gamma)) / (1.0 + weight)
+
+
+def fit_kernel_svr(bits: dict, z: dict, y: dict) -> KernelSVR:
+    """The SVR on train, (w, C) chosen on the validation RMSE (ties: the first of WEIGHTS × SVR_C)."""
+    from sklearn.metrics import root_mean_squared_error
+    from sklearn.svm import SVR
+
+    mean, std = z["train"].mean(0), z["train"].std(0) + 1e-6
+    zs = {k: (v - mean) / std for k, v in z.items()}
+    sq = squared_distances(zs["train"], zs["train"])
+    gamma = 1.0 / float(np.median(sq[np.triu_indices(len(sq), 1)]))
+    tani = {k: tanimoto(bits[k], bits["train"]) for k in ("train", "valid")}
+    near = {k: rbf(zs[k], zs["train"], gamma) for k in ("train", "valid")}
+    best, best_rmse = None, np.inf
+    for weight in WEIGHTS:
+        k_train, k_valid = ((tani[k] + weight * near[k]) / (1.0 + weight) for k in ("train", "valid"))
+        for C in SVR_C:
+            svr = SVR(kernel="precomputed", C=C).fit(k_train, y["train"])
+            score = root_mean_squared_error(y["valid"], svr.predict(k_valid))
+            if score < best_rmse:
+                best_rmse = score
+                best = KernelSVR(bits["train"][svr.support_], zs["train"][svr.support_], svr.dual_coef_[0].astype(np.float64),
+                                 float(svr.intercept_[0]), C, weight, gamma, mean, std)
+    return best
+
+
+def write_kernel_export(out: Path, svr: KernelSVR, backbone, manifest: dict) -> Path:
+    """The SVR and its backbone (a models/export.Export) as one export folder (module docstring)."""
+    import torch
+
+    from gtscale.models.export import write_export
+
+    state = {"support": torch.from_numpy(np.packbits(svr.bits, axis=1)), "z": torch.from_numpy(svr.z), "coef": torch.from_numpy(svr.coef),
+             "intercept": torch.tensor([svr.intercept]), "z_mean": torch.from_numpy(svr.z_mean), "z_std": torch.from_numpy(svr.z_std),
+             **{f"backbone.{k}": v for k, v in backbone.state.items()}}
+    config = {"name": KERNEL_EXPORT_NAME, "radius": RADIUS, "bits": BITS, "C": svr.C, "weight": svr.weight, "gamma": svr.gamma,
+              "backbone": backbone.config}
+    meta = {"source": "gtscale baseline kernel", "task": {"loss": "mse", "metric": "rmse", "evaluator": "regression"},
+            "shards": {k: manifest[k] for k in ("dataset", "task") if k in manifest},
+            "backbone": {k: backbone.meta[k] for k in ("task", "shards") if k in backbone.meta}}
+    return write_export(out, state, config, meta)
+
+
+def read_kernel_export(config: dict, state: dict, where: str) -> tuple[KernelSVR, dict]:
+    """(the KernelSVR, the backbone's tensors) of an export write_kernel_export wrote; a UserError
+    naming `where` if they do not fit."""
+    import torch
+
+    missing = [k for k in SVR_TENSORS if k not in state]
+    if (config.get("radius"), config.get("bits")) != (RADIUS, BITS) or missing or not isinstance(config.get("backbone"), dict):
+        raise UserError(f"{where}: not a kernel SVR export (radius {RADIUS}, {BITS} bits; tensors {', '.join(SVR_TENSORS)}; a backbone config)")
+    support, z, coef = state["support"], state["z"], state["coef"]
+    m = support.shape[0] if support.ndim == 2 else -1
+    if support.dtype != torch.uint8 or support.shape[1:] != (BITS // 8,) or z.shape[0] != m or coef.shape != (m,) \
+            or state["z_mean"].shape != z.shape[1:] or state["z_std"].shape != z.shape[1:] or state["intercept"].numel() != 1:
+        raise UserError(f"{where}: its support {tuple(support.shape)}, z {tuple(z.shape)} and coef {tuple(coef.shape)} do not fit one kernel SVR")
+    try:
+        C, weight, gamma = float(config["C"]), float(config["weight"]), float(config["gamma"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise UserError(f"{where}: model.yaml needs numbers C, weight and gamma ({err})") from err
+    svr = KernelSVR(np.unpackbits(support.numpy(), axis=1), z.double().numpy(), coef.double().numpy(), float(state["intercept"].double()),
+                    C, weight, gamma, state["z_mean"].double().numpy(), state["z_std"].double().numpy())
+    return svr, {k[len("backbone."):]: v for k, v in state.items() if k.startswith("backbone.")}

@@ -1,0 +1,107 @@
+"""The kernel arm: an SVR on ECFP4 Tanimoto + an RBF kernel on a gtscale export's representation.
+Its closed form is scikit-learn's SVR; validation picks the representation when it carries the
+target; `gtscale moleculeace-table --arms kernel` scores it beside ECFP + SVR on the same split."""
+
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from sklearn.svm import SVR
+
+from gtscale.cli import main
+from gtscale.experiments import moleculeace
+from gtscale.experiments.ecfp import ecfp, fit_svr
+from gtscale.experiments.kernel_baseline import PREDICTIONS
+from gtscale.experiments.kernel_svr import combined, fit_kernel_svr
+from gtscale.experiments.sweep import read_rows
+from gtscale.prep.sources.bundled import read_nci_tpsa
+
+from test_moleculeace_table import SET, tiny_config
+
+
+@pytest.fixture(scope="module")
+def molecules():
+    """(bits, y) of 150 NCI molecules split 100 / 25 / 25, TPSA standardised."""
+    table = read_nci_tpsa()
+    bits, y = ecfp(table.smiles[:150]), table.targets[:150, 0].astype(np.float64)
+    y = (y - y.mean()) / y.std()
+    cut = {"train": slice(0, 100), "valid": slice(100, 125), "test": slice(125, 150)}
+    return {k: bits[s] for k, s in cut.items()}, {k: y[s] for k, s in cut.items()}
+
+
+def test_closed_form_equals_scikit_learns_svr_on_the_combined_kernel(molecules):
+    bits, y = molecules
+    rng = np.random.default_rng(0)
+    z = {k: rng.normal(size=(len(v), 6)) for k, v in y.items()}
+    svr = fit_kernel_svr(bits, z, y)
+    zs = {k: (v - svr.z_mean) / svr.z_std for k, v in z.items()}
+    reference = SVR(kernel="precomputed", C=svr.C).fit(combined(bits["train"], zs["train"], bits["train"], zs["train"], svr.weight, svr.gamma), y["train"])
+    expected = reference.predict(combined(bits["test"], zs["test"], bits["train"], zs["train"], svr.weight, svr.gamma))
+    np.testing.assert_allclose(svr.predict(bits["test"], z["test"]), expected, rtol=1e-9, atol=1e-9)
+
+
+def test_validation_takes_the_representation_when_it_carries_the_target(molecules):
+    bits, y = molecules
+    rng = np.random.default_rng(1)
+    z = {k: np.stack([v + 0.05 * rng.normal(size=len(v)), rng.normal(size=len(v))], 1) for k, v in y.items()}
+    svr, plain = fit_kernel_svr(bits, z, y), fit_svr(bits, y)
+    assert svr.weight > 0
+    rmse = lambda pred: float(np.sqrt(np.mean((pred - y["test"]) ** 2)))  # noqa: E731
+    assert rmse(svr.predict(bits["test"], z["test"])) < 0.75 * rmse(plain.predict(bits["test"]))  # 0.50 against 0.80
+    # noise alone: the plain Tanimoto SVR (weight 0) is among the candidates and stays ahead
+    noise = {k: rng.normal(size=(len(v), 4)) for k, v in y.items()}
+    assert rmse(fit_kernel_svr(bits, noise, y).predict(bits["test"], noise["test"])) <= 1.2 * rmse(plain.predict(bits["test"]))
+
+
+def test_the_table_scores_the_kernel_arm_of_a_pretrained_export(tmp_path, capsys):
+    out = tmp_path / "ace"
+    common = ["moleculeace-table", "--out", str(out), "--sets", SET, "--shard-args", "--lap-k 0 --svd-rank 0"]
+    # a tiny trained export stands in for the pretraining's
+    assert main([*common, "--arms", "ecfp", "scratch", "--seeds", "0", "--config", f"scratch={tiny_config(tmp_path / 'tiny.yaml')}"]) == 0
+    assert main(["export", str(out / SET / "scratch" / "seed-0"), "--out", str(tmp_path / "backbone")]) == 0
+    capsys.readouterr()
+    assert main([*common, "--arms", "ecfp", "kernel", "--init-from", str(tmp_path / "backbone")]) == 0
+    table = json.loads((out / "table.json").read_text())
+    row = read_rows(out / SET / "kernel")[0]
+    assert table["sets"][SET]["kernel"] == {m: row["summary"][m] for m in ("rmse", "cliff_rmse")}
+    chosen = row["runs"][0]["chosen"]
+    assert set(chosen) == {"C", "weight", "gamma"} and chosen["gamma"] > 0
+    saved = np.load(out / SET / "kernel" / PREDICTIONS.format(split="test"))
+    source = moleculeace.source_table(out / "shards" / SET)
+    assert saved["idx"].tolist() == source.splits["test"].tolist()
+    assert row["summary"]["rmse"]["mean"] == pytest.approx(float(np.sqrt(np.mean((saved["y_pred"] - saved["y_true"]) ** 2))), rel=1e-9)
+    assert "| ECFP4 + SVR | ECFP4 + gtscale kernel SVR |" in capsys.readouterr().out
+
+    # its export, the SVR with its backbone, is what `gtscale predict` reads: the same predictions
+    csv = tmp_path / "test.csv"
+    pd.DataFrame({"smiles": [source.smiles[i] for i in saved["idx"].tolist()] + ["not a molecule"]}).to_csv(csv, index=False)
+    kernel_export = out / SET / "kernel" / "export"
+    assert main(["predict", str(kernel_export), "--input", str(csv), "--out", str(tmp_path / "p.csv"), "--no-progress"]) == 0
+    predicted = pd.read_csv(tmp_path / "p.csv", keep_default_na=False)
+    np.testing.assert_allclose(predicted["y_pred"][:-1].astype(float), saved["y_pred"][:, 0], rtol=1e-4, atol=1e-4)
+    assert predicted["reason"].tolist()[-1] == "invalid_smiles" and predicted["y_pred"].tolist()[-1] == ""
+    # a kernel export whose tensors do not fit one SVR is one line, exit 2
+    broken = tmp_path / "broken"
+    shutil.copytree(kernel_export, broken)
+    state = torch.load(broken / "model.pt", weights_only=True)
+    state["coef"] = state["coef"][:-1]
+    torch.save(state, broken / "model.pt")
+    assert main(["predict", str(broken), "--input", str(csv), "--out", str(tmp_path / "b.csv"), "--no-progress"]) == 2
+    assert "do not fit one kernel SVR" in capsys.readouterr().err and not (tmp_path / "b.csv").exists()
+
+    # another backbone for the same folder is refused, never overwritten
+    other = tmp_path / "other"
+    (other).mkdir()
+    for f in (tmp_path / "backbone").iterdir():
+        (other / f.name).write_bytes(f.read_bytes())
+    assert main([*common, "--arms", "kernel", "--init-from", str(other)]) == 2
+    assert "holds the kernel arm of backbone" in capsys.readouterr().err
+
+
+def test_the_kernel_arm_without_a_pretrained_export_is_refused_before_sharding(tmp_path, capsys):
+    assert main(["moleculeace-table", "--out", str(tmp_path / "ace"), "--sets", SET, "--arms", "kernel", "--init-from", str(tmp_path / "none")]) == 2
+    assert "--arms kernel: reads a pretrained export" in capsys.readouterr().err
+    assert not (tmp_path / "ace").exists()
