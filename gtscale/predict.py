@@ -1,6 +1,7 @@
 """`gtscale predict EXPORT… --input mols.csv --out preds.csv`: a fine-tuned model's predictions for
-new molecules (chemprop's `predict`). A top-level module, like cli.py: it joins the sharder's
-featurizer (prep), the loader's collate, the export reader and the task's predictions (train).
+new molecules (chemprop's `predict`). A top-level module, like cli.py: it joins inference.py (a
+model export run on molecules: the sharder's featurizer, the loader's collate, the export reader,
+the task's predictions) with the SVR models of experiments/.
 
 - Molecules are featurised by the sharder's own code (`writer.featurize_rows`, with the structure
   options and graph features the export's shards were made with, read from export.json) and
@@ -17,7 +18,7 @@ featurizer (prep), the loader's collate, the export reader and the task's predic
   member like a model: its Morgan bits are computed from the SMILES (so not from a shard folder);
   `gtscale moleculeace-table`'s blend is the seeds' exports and it with `--weights 1 1 1 3`.
 - A kernel SVR export (`gtscale baseline kernel`'s DIR/export, `name: kernel-svr`) carries its
-  backbone: its Morgan bits and the backbone's graph representation (graph_representation, with
+  backbone: its Morgan bits and the backbone's graph representation (inference.graph_representation, with
   the backbone's own featurisation) are computed from the SMILES, so again not from a shard folder.
 """
 
@@ -29,21 +30,17 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import torch
 from tqdm import tqdm
 
 from gtscale.config import from_dict
 from gtscale.errors import UserError
 from gtscale.experiments.ecfp import SVR_EXPORT_NAME, TanimotoSVR, ecfp_parsed, read_svr_export
 from gtscale.experiments.kernel_svr import KERNEL_EXPORT_NAME, KernelSVR, read_kernel_export
-from gtscale.format import schema
+from gtscale.inference import LoadedExport, batch_scores, check_record, graph_representation, load_model_export, molecule_records
 from gtscale.format.decode import Record
 from gtscale.io import atomic_write_text
 from gtscale.loader.collate import collate
-from gtscale.prep.graph_features import GraphFeatures
-from gtscale.prep.structure import StructureOptions
-from gtscale.prep.writer import ShardOptions, featurize_rows
-from gtscale.format.manifest import NODE_TASK
+from gtscale.prep.writer import ShardOptions
 from gtscale.train.config import TaskConfig
 
 
@@ -57,19 +54,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--weights", type=float, nargs="+", default=None, metavar="W",
                         help="one weight per export for the ensemble's mean and std (default: equal)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-
-@dataclass
-class LoadedExport:
-    """An export ready to predict: the model (eval mode), and what it needs to read molecules."""
-
-    path: Path
-    model: torch.nn.Module
-    task: TaskConfig
-    target_names: list[str]
-    options: ShardOptions  # how its shards' records were made
-    keys: list[str]  # Batch fields the model reads
-    path_dist: int  # path-edge distance it needs (Graphormer)
 
 
 @dataclass
@@ -102,52 +86,17 @@ def load_export(path: Path) -> LoadedExport | FingerprintExport | KernelExport:
 
     export = read_export(path)
     meta, model_cfg, folder = export.meta, export.config, export.folder
-    _check_record(meta, folder)
+    check_record(meta, folder)
     names = list(meta["shards"].get("task", {}).get("target_names", []))
     task = from_dict(TaskConfig, meta["task"], prefix="task.")
     if model_cfg.get("name") == SVR_EXPORT_NAME:
         return FingerprintExport(folder, read_svr_export(model_cfg, export.state, str(folder / MODEL_FILE)), task, names or ["y0"])
     if model_cfg.get("name") == KERNEL_EXPORT_NAME:
         svr, backbone_state = read_kernel_export(model_cfg, export.state, str(folder / MODEL_FILE))
-        _check_record(meta.get("backbone", {}), folder)
-        backbone = _loaded_model(folder, model_cfg["backbone"], backbone_state, meta["backbone"])
+        check_record(meta.get("backbone", {}), folder)
+        backbone = load_model_export(folder, model_cfg["backbone"], backbone_state, meta["backbone"])
         return KernelExport(folder, svr, backbone, task, names or ["y0"])
-    return _loaded_model(folder, model_cfg, export.state, meta)
-
-
-def _check_record(meta: dict, folder: Path) -> None:
-    if "shards" not in meta or "task" not in meta:
-        raise UserError(f"{folder / 'export.json'}: does not record the run's task and shards (exported before `gtscale predict` "
-                        "existed, or imported): export the run again with `gtscale export`")
-
-
-def _loaded_model(folder: Path, model_cfg: dict, state: dict, meta: dict) -> LoadedExport:
-    """A model export's weights in its model, with how its shards were made (export.json's record)."""
-    from gtscale.models.export import MODEL_FILE, check_fits
-    from gtscale.train.task_model import GraphTaskModel, loader_keys
-
-    shards = meta["shards"]
-    names = list(shards.get("task", {}).get("target_names", []))
-    module = check_fits(state, model_cfg, str(folder / MODEL_FILE))
-    if shards.get("task", {}).get("type") == NODE_TASK:
-        raise UserError(f"{folder}: a node-task export; `gtscale predict` scores molecules (graph tasks)")
-    transform = shards.get("transform", {})
-    structure = StructureOptions(**{k: transform[k] for k in ("spd", "degree", "svd_rank", "lap_k", "paths") if k in transform})
-    features = GraphFeatures.from_manifest(shards.get("features", {}).get("graph"), str(folder / "export.json"))
-    keys, path_dist = loader_keys(module.backbone, model_cfg)
-    return LoadedExport(
-        path=folder,
-        model=GraphTaskModel(module.backbone, module.head).to(_device()).eval(),  # the trainer's forward
-        task=from_dict(TaskConfig, meta["task"], prefix="task."),
-        target_names=names or [f"y{t}" for t in range(module.head.cfg.num_outputs)],
-        options=ShardOptions(structure=structure, max_nodes=transform.get("max_nodes"), graph_features=features),
-        keys=[k for k in keys if k != schema.Y],
-        path_dist=path_dist,
-    )
-
-
-def _device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return load_model_export(folder, model_cfg, export.state, meta)
 
 
 class Predictor:
@@ -167,7 +116,7 @@ class Predictor:
 
     def scores(self, export: LoadedExport, records: list[Record]) -> np.ndarray:
         """float [n, T] predictions of one export for these records."""
-        return _batch_scores(export, collate(records, export.keys, export.path_dist))
+        return batch_scores(export, collate(records, export.keys, export.path_dist))
 
     def smiles(self, smiles: list[str]) -> tuple[np.ndarray, list[str]]:
         """(predictions [members, n, T], NaN where a molecule was rejected; reason per molecule, "" if none)."""
@@ -190,36 +139,11 @@ class Predictor:
                     reasons[row] = reasons[row] or ("empty_smiles" if not smiles[row] else "invalid_smiles")
                 continue
             if export.options not in made:
-                made[export.options] = _records(smiles, export.options, reasons)
+                made[export.options] = molecule_records(smiles, export.options, reasons)
             records, rows = made[export.options]
             if records:
                 out[member, rows] = self.scores(export, records)
         return out, reasons
-
-
-@torch.no_grad()
-def graph_representation(export: LoadedExport, smiles: list[str], batch_size: int = 64) -> tuple[np.ndarray, list[str]]:
-    """(float32 [n, d] pooled graph representation of each molecule: what the export's backbone
-    hands its task head, NaN where a molecule was rejected; reason per molecule, "" if none),
-    featurised as the export's shards were. The input of `gtscale baseline kernel`'s SVR."""
-    reasons = [""] * len(smiles)
-    records, rows = _records(smiles, export.options, reasons)
-    out = np.full((len(smiles), export.model.backbone.graph_dim), np.nan, np.float32)
-    for start in range(0, len(records), batch_size):
-        batch = collate(records[start : start + batch_size], export.keys, export.path_dist).to(_device())
-        out[rows[start : start + batch_size]] = export.model.backbone(batch).graph.float().cpu().numpy()
-    return out, reasons
-
-
-def _records(smiles: list[str], options: ShardOptions, reasons: list[str]) -> tuple[list[Record], list[int]]:
-    """Records of the molecules the sharder would keep, and their rows; the others' reasons are set."""
-    rows = np.arange(len(smiles), dtype=np.int64)
-    graphs, _, rejects = featurize_rows(smiles, rows, np.zeros((len(smiles), 0), np.float32), None, options)
-    for row, reason in rejects:
-        reasons[row] = reason
-    kept = [g[schema.META]["idx"] for g in graphs]
-    records = [Record(str(row), "<input>", len(g[schema.X]), row, g) for row, g in zip(kept, graphs)]
-    return records, kept
 
 
 def predict_table(predictor: Predictor, frame: pd.DataFrame, smiles_column: str, batch_size: int, progress: bool) -> pd.DataFrame:
@@ -287,7 +211,7 @@ def predict_shards(predictor: Predictor, folder: Path, splits: list[str] | None,
                 ids, values = [], []
                 for batch in build_loader(manifest, split, config, train=False, rank=0, world_size=1):
                     ids.append(batch.idx.numpy())
-                    values.append(_batch_scores(export, batch))
+                    values.append(batch_scores(export, batch))
                     if export is predictor.exports[0]:
                         bar.update(len(ids[-1]))
                 ids = np.concatenate(ids)
@@ -297,15 +221,6 @@ def predict_shards(predictor: Predictor, folder: Path, splits: list[str] | None,
             columns = prediction_columns(np.stack(members), predictor.target_names, predictor.weights)
             frames.append(pd.concat([pd.DataFrame({"split": split, "idx": idx}), columns], axis=1))
     return pd.concat(frames, ignore_index=True)
-
-
-@torch.no_grad()
-def _batch_scores(export: LoadedExport, batch) -> np.ndarray:
-    """float [n, T] predictions of one export (targets' units; probabilities for bce)."""
-    from gtscale.train.tasks import predictions
-
-    values = predictions(export.model(batch.to(_device()))[0], export.task)
-    return (torch.sigmoid(values) if export.task.loss == "bce" else values).cpu().numpy()
 
 
 def run(args: argparse.Namespace) -> int:

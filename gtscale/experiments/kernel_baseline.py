@@ -36,13 +36,15 @@ def run_kernel_baseline(shards: Path, backbone: Path, out: Path, split: str = "t
 
     from gtscale.experiments import moleculeace
     from gtscale.experiments.sweep import summarize, write_sweep
+    from gtscale.experiments.ecfp import SVR_EXPORT_NAME
+    from gtscale.experiments.kernel_svr import KERNEL_EXPORT_NAME
     from gtscale.format.manifest import load_manifest
+    from gtscale.inference import graph_representation, load_model
     from gtscale.models.export import read_export
-    from gtscale.predict import LoadedExport, graph_representation, load_export
 
-    export = load_export(backbone)
-    if not isinstance(export, LoadedExport):
-        raise UserError(f"--backbone {backbone}: an ECFP + SVR export has no representation; name a gtscale model export")
+    if read_export(backbone).config.get("name") in (SVR_EXPORT_NAME, KERNEL_EXPORT_NAME):
+        raise UserError(f"--backbone {backbone}: an SVR export has no graph representation; name a gtscale model export")
+    export = load_model(backbone)
     table = moleculeace.source_table(shards)
     if split not in table.splits or "valid" not in table.splits:
         raise UserError(f"{shards}: needs splits train, valid and {split} (has {', '.join(table.splits)})")

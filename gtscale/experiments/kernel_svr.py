@@ -4,9 +4,9 @@ RBF kernel on what a pretrained gtscale model makes of each molecule, and its ex
 
     k(a, b) = (T(ecfp_a, ecfp_b) + w · exp(-γ ‖z_a − z_b‖²)) / (1 + w)
 
-z is the export's pooled graph representation (the input of its task head, predict.py's
-graph_representation), featurised as the export's own shards were, standardised per dimension
-with the train split's mean and std; γ = 1 / the median squared distance between train molecules
+z is the export's pooled graph representation (the input of its task head,
+inference.graph_representation), featurised as the export's own shards were, standardised per
+dimension with the train split's mean and std; γ = 1 / the median squared distance between train molecules
 (the median heuristic, fixed, not tuned). The backbone stays frozen: nothing of it is trained on
 the set, so a set of a few hundred molecules fits only the SVR's dual coefficients. w (0 is the
 plain ECFP4 SVR) and C are chosen together on the validation RMSE, like the ECFP baseline's C.

@@ -1,0 +1,120 @@
+"""A gtscale model export made ready to run on molecules: its weights in its model, new molecules
+featurised exactly as its shards were (the sharder's `writer.featurize_rows`, with the structure
+options and graph features export.json records), batched by the loader's `collate`, and what the
+model makes of them: its task predictions, or its pooled graph representation. A top-level module
+like predict.py, which it serves, and beneath experiments/, whose kernel SVR reads that
+representation: so neither imports the other's users.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from gtscale.config import from_dict
+from gtscale.errors import UserError
+from gtscale.format import schema
+from gtscale.format.decode import Record
+from gtscale.format.manifest import NODE_TASK
+from gtscale.loader.collate import collate
+from gtscale.prep.graph_features import GraphFeatures
+from gtscale.prep.structure import StructureOptions
+from gtscale.prep.writer import ShardOptions, featurize_rows
+from gtscale.train.config import TaskConfig
+
+
+@dataclass
+class LoadedExport:
+    """A model export ready to run: the model (eval mode), and what it needs to read molecules."""
+
+    path: Path
+    model: torch.nn.Module
+    task: TaskConfig
+    target_names: list[str]
+    options: ShardOptions  # how its shards' records were made
+    keys: list[str]  # Batch fields the model reads
+    path_dist: int  # path-edge distance it needs (Graphormer)
+
+
+def check_record(meta: dict, folder: Path) -> None:
+    """Refuse an export.json without the task and shards record that featurising molecules needs."""
+    if "shards" not in meta or "task" not in meta:
+        raise UserError(f"{folder / 'export.json'}: does not record the run's task and shards (exported before `gtscale predict` "
+                        "existed, or imported): export the run again with `gtscale export`")
+
+
+def load_model_export(folder: Path, model_cfg: dict, state: dict, meta: dict) -> LoadedExport:
+    """A model export's weights in its model, with how its shards were made (export.json's record)."""
+    from gtscale.models.export import MODEL_FILE, check_fits
+    from gtscale.train.task_model import GraphTaskModel, loader_keys
+
+    shards = meta["shards"]
+    names = list(shards.get("task", {}).get("target_names", []))
+    module = check_fits(state, model_cfg, str(folder / MODEL_FILE))
+    if shards.get("task", {}).get("type") == NODE_TASK:
+        raise UserError(f"{folder}: a node-task export; `gtscale predict` scores molecules (graph tasks)")
+    transform = shards.get("transform", {})
+    structure = StructureOptions(**{k: transform[k] for k in ("spd", "degree", "svd_rank", "lap_k", "paths") if k in transform})
+    features = GraphFeatures.from_manifest(shards.get("features", {}).get("graph"), str(folder / "export.json"))
+    keys, path_dist = loader_keys(module.backbone, model_cfg)
+    return LoadedExport(
+        path=folder,
+        model=GraphTaskModel(module.backbone, module.head).to(device()).eval(),  # the trainer's forward
+        task=from_dict(TaskConfig, meta["task"], prefix="task."),
+        target_names=names or [f"y{t}" for t in range(module.head.cfg.num_outputs)],
+        options=ShardOptions(structure=structure, max_nodes=transform.get("max_nodes"), graph_features=features),
+        keys=[k for k in keys if k != schema.Y],
+        path_dist=path_dist,
+    )
+
+
+def device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load_model(path: str | Path) -> LoadedExport:
+    """The model export in folder `path` (or its model.pt), ready to run on molecules."""
+    from gtscale.models.export import read_export
+
+    export = read_export(path)
+    check_record(export.meta, export.folder)
+    return load_model_export(export.folder, export.config, export.state, export.meta)
+
+
+@torch.no_grad()
+def graph_representation(export: LoadedExport, smiles: list[str], batch_size: int = 64) -> tuple[np.ndarray, list[str]]:
+    """(float32 [n, d] pooled graph representation of each molecule: what the export's backbone
+    hands its task head, NaN where a molecule was rejected; reason per molecule, "" if none),
+    featurised as the export's shards were. The input of `gtscale baseline kernel`'s SVR."""
+    reasons = [""] * len(smiles)
+    records, rows = molecule_records(smiles, export.options, reasons)
+    out = np.full((len(smiles), export.model.backbone.graph_dim), np.nan, np.float32)
+    for start in range(0, len(records), batch_size):
+        batch = collate(records[start : start + batch_size], export.keys, export.path_dist).to(device())
+        out[rows[start : start + batch_size]] = export.model.backbone(batch).graph.float().cpu().numpy()
+    return out, reasons
+
+
+def molecule_records(smiles: list[str], options: ShardOptions, reasons: list[str]) -> tuple[list[Record], list[int]]:
+    """Records of the molecules the sharder would keep, and their rows; the others' reasons are set."""
+    rows = np.arange(len(smiles), dtype=np.int64)
+    graphs, _, rejects = featurize_rows(smiles, rows, np.zeros((len(smiles), 0), np.float32), None, options)
+    for row, reason in rejects:
+        reasons[row] = reason
+    kept = [g[schema.META]["idx"] for g in graphs]
+    records = [Record(str(row), "<input>", len(g[schema.X]), row, g) for row, g in zip(kept, graphs)]
+    return records, kept
+
+
+@torch.no_grad()
+def batch_scores(export: LoadedExport, batch) -> np.ndarray:
+    """float [n, T] predictions of one export (targets' units; probabilities for bce)."""
+    from gtscale.train.tasks import predictions
+
+    values = predictions(export.model(batch.to(device()))[0], export.task)
+    return (torch.sigmoid(values) if export.task.loss == "bce" else values).cpu().numpy()
+
+
