@@ -75,15 +75,6 @@ def device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def load_model(path: str | Path) -> LoadedExport:
-    """The model export in folder `path` (or its model.pt), ready to run on molecules."""
-    from gtscale.models.export import read_export
-
-    export = read_export(path)
-    check_record(export.meta, export.folder)
-    return load_model_export(export.folder, export.config, export.state, export.meta)
-
-
 @torch.no_grad()
 def graph_representation(export: LoadedExport, smiles: list[str], batch_size: int = 64) -> tuple[np.ndarray, list[str]]:
     """(float32 [n, d] pooled graph representation of each molecule: what the export's backbone

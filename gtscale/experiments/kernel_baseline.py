@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from gtscale.errors import UserError
-from gtscale.experiments.ecfp import ecfp, save_predictions
-from gtscale.experiments.kernel_svr import fit_kernel_svr, write_kernel_export
+from gtscale.experiments.ecfp import SVR_EXPORT_NAME, ecfp, save_predictions
+from gtscale.experiments.kernel_svr import KERNEL_EXPORT_NAME, fit_kernel_svr, write_kernel_export
 
 PREDICTIONS = "kernel-{split}.npz"
 LABEL = "ECFP4 + gtscale representation, kernel SVR"
@@ -36,15 +36,15 @@ def run_kernel_baseline(shards: Path, backbone: Path, out: Path, split: str = "t
 
     from gtscale.experiments import moleculeace
     from gtscale.experiments.sweep import summarize, write_sweep
-    from gtscale.experiments.ecfp import SVR_EXPORT_NAME
-    from gtscale.experiments.kernel_svr import KERNEL_EXPORT_NAME
     from gtscale.format.manifest import load_manifest
-    from gtscale.inference import graph_representation, load_model
+    from gtscale.inference import check_record, graph_representation, load_model_export
     from gtscale.models.export import read_export
 
-    if read_export(backbone).config.get("name") in (SVR_EXPORT_NAME, KERNEL_EXPORT_NAME):
+    saved = read_export(backbone)  # read once: its tensors go into the model here and into the kernel's export below
+    if saved.config.get("name") in (SVR_EXPORT_NAME, KERNEL_EXPORT_NAME):
         raise UserError(f"--backbone {backbone}: an SVR export has no graph representation; name a gtscale model export")
-    export = load_model(backbone)
+    check_record(saved.meta, saved.folder)
+    export = load_model_export(saved.folder, saved.config, saved.state, saved.meta)
     table = moleculeace.source_table(shards)
     if split not in table.splits or "valid" not in table.splits:
         raise UserError(f"{shards}: needs splits train, valid and {split} (has {', '.join(table.splits)})")
@@ -60,7 +60,7 @@ def run_kernel_baseline(shards: Path, backbone: Path, out: Path, split: str = "t
     svr = fit_kernel_svr(bits, z, y)
     pred = svr.predict(bits["test"], z["test"])
     save_predictions(out / PREDICTIONS.format(split=split), rows_of["test"], pred, y["test"])
-    write_kernel_export(out / "export", svr, read_export(backbone), load_manifest(shards))
+    write_kernel_export(out / "export", svr, saved, load_manifest(shards))
     metrics = {"rmse": float(root_mean_squared_error(y["test"], pred)), "mae": float(mean_absolute_error(y["test"], pred)),
                "cliff_rmse": moleculeace.cliff_rmse(table, rows_of["test"], pred[:, None], y["test"][:, None])}
     runs = [{"seed": 0, "chosen": {"C": svr.C, "weight": svr.weight, "gamma": svr.gamma}, "metrics": metrics}]
