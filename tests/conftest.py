@@ -21,6 +21,12 @@ LONGEST_FIRST = (
 )
 
 
+# The tests whose cost is inductor's C++ builds carry `xdist_group("inductor")`: one worker runs
+# them one after another, since two cold compiles side by side on 2 cores took twice as long each
+# (test_compiled_training 224 s beside another, 116 s alone), while the other worker runs the tests
+# that wait on child processes. Like the SLURM group, a group is one unit of `--dist loadgroup`.
+
+
 def pytest_collection_modifyitems(config, items):
     tests = Path(__file__).parent
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}

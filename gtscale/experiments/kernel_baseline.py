@@ -1,9 +1,10 @@
 """`gtscale baseline kernel SHARDS --backbone EXPORT --out DIR`: the kernel SVR of
 experiments/kernel_svr.py (ECFP4 Tanimoto + an RBF kernel on a pretrained export's graph
-representation, the backbone frozen) fitted on a MoleculeACE shard set's train split, its kernel
-weight and C chosen on the validation split, scored on the test split like `gtscale baseline ecfp`.
+representation, the backbone frozen) fitted on a MoleculeACE shard set's train and validation
+molecules, its kernel weight and C chosen by cross-validation over them (ecfp.SELECTION), scored
+on the test split like `gtscale baseline ecfp`.
 
-Writes DIR/sweep.json and DIR/sweep.md (one row, "chosen" records w, C and γ), the test
+Writes DIR/sweep.json and DIR/sweep.md (one row, "chosen" records w, C, γ and the selection), the test
 predictions as DIR/kernel-<split>.npz (ecfp.save_predictions' layout) and DIR/export, the SVR with
 its backbone as one export that `gtscale predict` reads.
 """
@@ -16,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from gtscale.errors import UserError
-from gtscale.experiments.ecfp import SVR_EXPORT_NAME, ecfp, save_predictions
+from gtscale.experiments.ecfp import SELECTION, SVR_EXPORT_NAME, ecfp, save_predictions
 from gtscale.experiments.kernel_svr import KERNEL_EXPORT_NAME, fit_kernel_svr, write_kernel_export
 
 PREDICTIONS = "kernel-{split}.npz"
@@ -31,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_kernel_baseline(shards: Path, backbone: Path, out: Path, split: str = "test") -> list[dict]:
-    """Fit on the shards' train split, choose on valid, score `split`; the sweep row (written to out)."""
+    """Choose and fit on the shards' train and valid splits, score `split`; the sweep row (written to out)."""
     from sklearn.metrics import mean_absolute_error, root_mean_squared_error
 
     from gtscale.experiments import moleculeace
@@ -63,7 +64,7 @@ def run_kernel_baseline(shards: Path, backbone: Path, out: Path, split: str = "t
     write_kernel_export(out / "export", svr, saved, load_manifest(shards))
     metrics = {"rmse": float(root_mean_squared_error(y["test"], pred)), "mae": float(mean_absolute_error(y["test"], pred)),
                "cliff_rmse": moleculeace.cliff_rmse(table, rows_of["test"], pred[:, None], y["test"][:, None])}
-    runs = [{"seed": 0, "chosen": {"C": svr.C, "weight": svr.weight, "gamma": svr.gamma}, "metrics": metrics}]
+    runs = [{"seed": 0, "chosen": {"C": svr.C, "weight": svr.weight, "gamma": svr.gamma, "selection": SELECTION}, "metrics": metrics}]
     result = [{"label": LABEL, "shards": str(shards), "backbone": str(backbone), "split": split, "runs": runs, "summary": summarize(runs)}]
     write_sweep(out, result)
     return result

@@ -6,14 +6,16 @@ RBF kernel on what a pretrained gtscale model makes of each molecule, and its ex
 
 z is the export's pooled graph representation (the input of its task head,
 inference.graph_representation), featurised as the export's own shards were, standardised per
-dimension with the train split's mean and std; γ = 1 / the median squared distance between train molecules
+dimension with the fitted molecules' mean and std; γ = 1 / the median squared distance between them
 (the median heuristic, fixed, not tuned). The backbone stays frozen: nothing of it is trained on
 the set, so a set of a few hundred molecules fits only the SVR's dual coefficients. w (0 is the
-plain ECFP4 SVR) and C are chosen together on the validation RMSE, like the ECFP baseline's C.
+plain ECFP4 SVR) and C are chosen together the way the ECFP baseline chooses C (ecfp.SELECTION:
+5-fold cross-validation over train ∪ valid, then one fit on all of them); the train statistics
+of z and γ are those of train ∪ valid too.
 
 The export (model.yaml `name: kernel-svr`) carries the backbone it reads: model.pt holds the
 backbone export's tensors under `backbone.` beside the SVR's (support bits packed, standardised
-support representations, dual coefficients, intercept, the train statistics of z), model.yaml the
+support representations, dual coefficients, intercept, the statistics that standardise z), model.yaml the
 backbone's config under `backbone`, export.json the backbone's task and shards record (how its
 molecules are featurised) under `backbone`. Tensors only, like every export.
 """
@@ -26,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from gtscale.errors import UserError
-from gtscale.experiments.ecfp import BITS, RADIUS, SVR_C, tanimoto
+from gtscale.experiments.ecfp import BITS, RADIUS, pooled, search_c, tanimoto
 
 #: The weights of the representation kernel tried (with every C of the ECFP baseline).
 WEIGHTS = (0.0, 0.25, 0.5, 1.0, 2.0)
@@ -56,7 +58,7 @@ class KernelSVR:
     C: float
     weight: float  # w
     gamma: float  # γ
-    z_mean: np.ndarray  # [d] train-split statistics that standardise z
+    z_mean: np.ndarray  # [d] statistics of the fitted molecules that standardise z
     z_std: np.ndarray
 
     def kernel(self, bits: np.ndarray, z: np.ndarray) -> np.ndarray:
@@ -72,27 +74,19 @@ def combined(bits_a, z_a, bits_b, z_b, weight: float, gamma: float) -> np.ndarra
 
 
 def fit_kernel_svr(bits: dict, z: dict, y: dict) -> KernelSVR:
-    """The SVR on train, (w, C) chosen on the validation RMSE (ties: the first of WEIGHTS × SVR_C)."""
-    from sklearn.metrics import root_mean_squared_error
-    from sklearn.svm import SVR
-
-    mean, std = z["train"].mean(0), z["train"].std(0) + 1e-6
-    zs = {k: (v - mean) / std for k, v in z.items()}
-    sq = squared_distances(zs["train"], zs["train"])
+    """The SVR on train ∪ valid, (w, C) chosen by cross-validation like the ECFP SVR's C (ecfp.SELECTION;
+    ties: the first of WEIGHTS × SVR_C); z standardised and γ set on the same molecules."""
+    bits, z, y = pooled(bits), pooled(z), pooled(y)
+    mean, std = z.mean(0), z.std(0) + 1e-6
+    zs = (z - mean) / std
+    sq = squared_distances(zs, zs)
     gamma = 1.0 / float(np.median(sq[np.triu_indices(len(sq), 1)]))
-    tani = {k: tanimoto(bits[k], bits["train"]) for k in ("train", "valid")}
-    near = {k: rbf(zs[k], zs["train"], gamma) for k in ("train", "valid")}
-    best, best_rmse = None, np.inf
-    for weight in WEIGHTS:
-        k_train, k_valid = ((tani[k] + weight * near[k]) / (1.0 + weight) for k in ("train", "valid"))
-        for C in SVR_C:
-            svr = SVR(kernel="precomputed", C=C).fit(k_train, y["train"])
-            score = root_mean_squared_error(y["valid"], svr.predict(k_valid))
-            if score < best_rmse:
-                best_rmse = score
-                best = KernelSVR(bits["train"][svr.support_], zs["train"][svr.support_], svr.dual_coef_[0].astype(np.float64),
-                                 float(svr.intercept_[0]), C, weight, gamma, mean, std)
-    return best
+    tani, near = tanimoto(bits, bits), np.exp(-gamma * sq)
+    searches = [(weight, search_c((tani + weight * near) / (1.0 + weight), y)) for weight in WEIGHTS]
+    weight, search = max(searches, key=lambda ws: ws[1].best_score_)  # max keeps the first of equals
+    svr = search.best_estimator_
+    return KernelSVR(bits[svr.support_], zs[svr.support_], svr.dual_coef_[0].astype(np.float64), float(svr.intercept_[0]),
+                     float(search.best_params_["C"]), weight, gamma, mean, std)
 
 
 def write_kernel_export(out: Path, svr: KernelSVR, backbone, manifest: dict) -> Path:

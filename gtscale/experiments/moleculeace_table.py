@@ -11,8 +11,9 @@ DIR/<set>/<arm>/ as a sweep folder (sweep.json, sweep.md; `gtscale sweep --compa
 
 - ecfp: ECFP4 + Tanimoto SVR (experiments/ecfp.py), deterministic, so one seed;
 - kernel: an SVR on the Tanimoto kernel plus an RBF kernel on the pretrained export's (--init-from)
-  graph representation, the backbone frozen, the kernel weight and C chosen on validation
-  (experiments/kernel_svr.py), deterministic, one seed;
+  graph representation, the backbone frozen, the kernel weight and C chosen like the SVR's C
+  (experiments/kernel_svr.py), deterministic, one seed; both SVRs choose by 5-fold CV over train
+  and valid together and fit on both (ecfp.SELECTION, the MoleculeACE paper's protocol);
 - scratch, finetune, finetune-features: `gtscale sweep` of a training config over --seeds, each
   seed's test metrics at its best-validation checkpoint (configs/tasks/moleculeace-egt-*.yaml;
   --config ARM=YAML replaces one; key=value overrides go to every trained arm, --override
@@ -27,7 +28,8 @@ sets, the benchmark's headline, and each arm's mean RMSE over ECFP + SVR's. Writ
 and DIR/table.json (per set and arm: mean, std, n of both metrics), prints the Markdown (or the
 JSON with --json). An arm whose sweep.json is already there with the same config, overrides and
 seeds is read, not run again, so an interrupted table continues where it stopped; a sweep folder
-with other settings is an error, never overwritten.
+with other settings is an error, never overwritten. The two SVR arms are fitted again (in seconds)
+when their folder holds a fit of another selection protocol.
 """
 
 from __future__ import annotations
@@ -163,7 +165,8 @@ def run_set(name: str, args: argparse.Namespace, arms: dict[str, tuple[Arm, list
     if ECFP in args.arms:
         folder = out / name / ECFP
         cached = cached_rows(folder, None, [], [0])
-        fresh = cached is not None and (folder / PREDICTIONS.format(split="test")).is_file()  # a table before the blend kept no predictions
+        # a table before the blend kept no predictions; one before ecfp.SELECTION chose on valid alone
+        fresh = cached is not None and (folder / PREDICTIONS.format(split="test")).is_file() and selected_now(cached)
         rows[ECFP] = cached if fresh else run_baseline(shards[()], folder, [0], ["svr"])
     if KERNEL in args.arms:
         rows[KERNEL] = kernel_rows(shards[()], kernel_backbone(args), out / name / KERNEL)
@@ -201,9 +204,17 @@ def kernel_rows(shards: Path, backbone: Path, folder: Path) -> list[dict]:
         rows = read_rows(folder)
         if rows[0].get("backbone") != str(backbone):
             raise UserError(f"{folder}: holds the kernel arm of backbone {rows[0].get('backbone')!r}, not {backbone}; choose another --out or remove it")
-        return rows
+        if selected_now(rows):
+            return rows
     print(f"moleculeace-table: {shards.name} {KERNEL}", file=sys.stderr, flush=True)
     return run_kernel_baseline(shards, backbone, folder)
+
+
+def selected_now(rows: list[dict]) -> bool:
+    """Whether an SVR arm's cached rows were chosen by today's protocol (ecfp.SELECTION)."""
+    from gtscale.experiments.ecfp import SELECTION
+
+    return all(run.get("chosen", {}).get("selection") == SELECTION for run in rows[0]["runs"])
 
 
 def blend_row(seeds_row: dict, ecfp_folder: Path) -> dict:

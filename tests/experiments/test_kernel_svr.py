@@ -1,6 +1,6 @@
 """The kernel arm: an SVR on ECFP4 Tanimoto + an RBF kernel on a gtscale export's representation.
-Its closed form is scikit-learn's SVR; validation picks the representation when it carries the
-target; `gtscale moleculeace-table --arms kernel` scores it beside ECFP + SVR on the same split."""
+Its closed form is scikit-learn's SVR; cross-validation picks the representation when it carries
+the target; `gtscale moleculeace-table --arms kernel` scores it beside ECFP + SVR on the same split."""
 
 import json
 import shutil
@@ -9,11 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from sklearn.model_selection import KFold, cross_val_score
 from sklearn.svm import SVR
 
 from gtscale.cli import main
 from gtscale.experiments import moleculeace
-from gtscale.experiments.ecfp import ecfp, fit_svr
+from gtscale.experiments.ecfp import SELECTION, SVR_C, ecfp, fit_svr, tanimoto
 from gtscale.experiments.kernel_baseline import PREDICTIONS
 from gtscale.experiments.kernel_svr import combined, fit_kernel_svr
 from gtscale.experiments.sweep import read_rows
@@ -37,13 +38,31 @@ def test_closed_form_equals_scikit_learns_svr_on_the_combined_kernel(molecules):
     rng = np.random.default_rng(0)
     z = {k: rng.normal(size=(len(v), 6)) for k, v in y.items()}
     svr = fit_kernel_svr(bits, z, y)
-    zs = {k: (v - svr.z_mean) / svr.z_std for k, v in z.items()}
-    reference = SVR(kernel="precomputed", C=svr.C).fit(combined(bits["train"], zs["train"], bits["train"], zs["train"], svr.weight, svr.gamma), y["train"])
-    expected = reference.predict(combined(bits["test"], zs["test"], bits["train"], zs["train"], svr.weight, svr.gamma))
+    pool_bits, pool_z, pool_y = (np.concatenate([d["train"], d["valid"]]) for d in (bits, z, y))  # fitted on both
+    np.testing.assert_allclose(svr.z_mean, pool_z.mean(0), atol=1e-12)
+    zs, test_z = (pool_z - svr.z_mean) / svr.z_std, (z["test"] - svr.z_mean) / svr.z_std
+    reference = SVR(kernel="precomputed", C=svr.C).fit(combined(pool_bits, zs, pool_bits, zs, svr.weight, svr.gamma), pool_y)
+    expected = reference.predict(combined(bits["test"], test_z, pool_bits, zs, svr.weight, svr.gamma))
     np.testing.assert_allclose(svr.predict(bits["test"], z["test"]), expected, rtol=1e-9, atol=1e-9)
 
 
-def test_validation_takes_the_representation_when_it_carries_the_target(molecules):
+def test_the_svrs_choose_by_five_fold_cross_validation_over_train_and_valid(molecules):
+    """MoleculeACE's protocol: every hyperparameter candidate scored by the mean RMSE of 5 shuffled
+    folds of train ∪ valid, the best refitted on all of them (it once chose on valid alone and fitted
+    train alone: 25 molecules deciding, 25 unused)."""
+    bits, y = molecules
+    pool_bits, pool_y = np.concatenate([bits["train"], bits["valid"]]), np.concatenate([y["train"], y["valid"]])
+    kernel = tanimoto(pool_bits, pool_bits)
+    folds = KFold(5, shuffle=True, random_state=0)
+    fold_rmse = {C: -cross_val_score(SVR(kernel="precomputed", C=C), kernel, pool_y, cv=folds, scoring="neg_root_mean_squared_error").mean()
+                 for C in SVR_C}
+    svr = fit_svr(bits, y)
+    assert svr.C == min(SVR_C, key=fold_rmse.get)
+    expected = SVR(kernel="precomputed", C=svr.C).fit(kernel, pool_y).predict(tanimoto(bits["test"], pool_bits))
+    np.testing.assert_allclose(svr.predict(bits["test"]), expected, rtol=1e-9, atol=1e-9)
+
+
+def test_cross_validation_takes_the_representation_when_it_carries_the_target(molecules):
     bits, y = molecules
     rng = np.random.default_rng(1)
     z = {k: np.stack([v + 0.05 * rng.normal(size=len(v)), rng.normal(size=len(v))], 1) for k, v in y.items()}
@@ -68,7 +87,7 @@ def test_the_table_scores_the_kernel_arm_of_a_pretrained_export(tmp_path, capsys
     row = read_rows(out / SET / "kernel")[0]
     assert table["sets"][SET]["kernel"] == {m: row["summary"][m] for m in ("rmse", "cliff_rmse")}
     chosen = row["runs"][0]["chosen"]
-    assert set(chosen) == {"C", "weight", "gamma"} and chosen["gamma"] > 0
+    assert set(chosen) == {"C", "weight", "gamma", "selection"} and chosen["gamma"] > 0 and chosen["selection"] == SELECTION
     saved = np.load(out / SET / "kernel" / PREDICTIONS.format(split="test"))
     source = moleculeace.source_table(out / "shards" / SET)
     assert saved["idx"].tolist() == source.splits["test"].tolist()

@@ -22,7 +22,7 @@ def fitted(tmp_path_factory):
     """(SVR fitted on 120 NCI molecules' TPSA, the 40 molecules after them, their bits, export folder)."""
     table = read_nci_tpsa()
     bits = ecfp(table.smiles[:160])
-    svr = TanimotoSVR.fit(bits[:120], table.targets[:120, 0].astype(np.float64), C=10.0)
+    svr = TanimotoSVR.from_fitted(SVR(kernel="precomputed", C=10.0).fit(tanimoto(bits[:120], bits[:120]), table.targets[:120, 0]), bits[:120], 10.0)
     export = write_svr_export(tmp_path_factory.mktemp("svr") / "export", svr, MANIFEST)
     return svr, table.smiles[120:160], bits[120:], export
 

@@ -24,6 +24,8 @@ from gtscale.loader.edge_batch import EdgeBatch
 from gtscale.models import build_head, build_model
 from gtscale.train.compiled import apply_codegen_settings, compile_count, reset_compile_state
 
+pytestmark = pytest.mark.xdist_group("inductor")  # one worker compiles (conftest.py)
+
 VARIANTS = {
     "egt": {**TINY_EGT, "attn_dropout": 0.3, "node_dropout": 0.1},
     "graphormer-pre-ln": {**TINY_GRAPHORMER, "attention_dropout": 0.0, "activation_dropout": 0.0},

@@ -12,7 +12,7 @@ import pytest
 
 from launcher import logs, metrics, run_ranks, start_ranks, wait_all, write_config
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("inductor")]  # one worker compiles (conftest.py)
 
 #: launcher.py's tiny EGT with one layer and no SVD encoding: each kernel of each graph is a C++ build
 #: of its own (~1-2 s on 2 cores), and what is checked here is the trainer's compiled path, not the model.
