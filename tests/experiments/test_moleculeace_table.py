@@ -16,6 +16,7 @@ from gtscale.cli import main
 from gtscale.errors import UserError
 from gtscale.experiments import moleculeace
 from gtscale.experiments import moleculeace_table as mt
+from gtscale.experiments.ecfp import SELECTION
 from gtscale.experiments.sweep import ensemble_prediction, read_rows
 from gtscale.train.tasks import evaluate
 
@@ -88,6 +89,15 @@ def test_table_of_ecfp_and_a_trained_arm_with_its_ensemble_and_blend(tmp_path, c
     assert main([*argv, "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == table
     assert (metrics_file.stat().st_mtime_ns, (out / SET / "scratch" / "sweep.json").stat().st_mtime_ns) == before
+    # an SVR fitted by another selection protocol (before ecfp.SELECTION: C on valid alone) is fitted again
+    ecfp_json = out / SET / "ecfp" / "sweep.json"
+    old = json.loads(ecfp_json.read_text())
+    del old["rows"][0]["runs"][0]["chosen"]["selection"]
+    ecfp_json.write_text(json.dumps(old))
+    assert main(argv) == 0
+    assert read_rows(out / SET / "ecfp")[0]["runs"][0]["chosen"]["selection"] == SELECTION
+    assert (metrics_file.stat().st_mtime_ns, (out / SET / "scratch" / "sweep.json").stat().st_mtime_ns) == before
+    capsys.readouterr()
     # other settings for the same folder are refused, not overwritten
     assert main([*argv[:-1], "schedule.total_steps=3"]) == 2
     assert "holds a sweep with other settings" in capsys.readouterr().err
