@@ -10,8 +10,8 @@ dimension with the fitted molecules' mean and std; γ = 1 / the median squared d
 (the median heuristic, fixed, not tuned). The backbone stays frozen: nothing of it is trained on
 the set, so a set of a few hundred molecules fits only the SVR's dual coefficients. w (0 is the
 plain ECFP4 SVR) and C are chosen together the way the ECFP baseline chooses C (ecfp.SELECTION:
-5-fold cross-validation over train ∪ valid, then one fit on all of them); the train statistics
-of z and γ are those of train ∪ valid too.
+5-fold cross-validation over train ∪ valid, then one fit on all of them: the fitted molecules
+above).
 
 The export (model.yaml `name: kernel-svr`) carries the backbone it reads: model.pt holds the
 backbone export's tensors under `backbone.` beside the SVR's (support bits packed, standardised

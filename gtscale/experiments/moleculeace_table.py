@@ -28,7 +28,7 @@ sets, the benchmark's headline, and each arm's mean RMSE over ECFP + SVR's. Writ
 and DIR/table.json (per set and arm: mean, std, n of both metrics), prints the Markdown (or the
 JSON with --json). An arm whose sweep.json is already there with the same config, overrides and
 seeds is read, not run again, so an interrupted table continues where it stopped; a sweep folder
-with other settings is an error, never overwritten. The two SVR arms are fitted again (in seconds)
+with other settings is an error, never overwritten. The two SVR arms are fitted again (10-60 s a set)
 when their folder holds a fit of another selection protocol.
 """
 
