@@ -41,6 +41,16 @@ def test_a_folder_without_the_moses_files_is_one_line(tmp_path):
         f"gpu-pretrain: --moses {tmp_path / 'moses'}: no test.csv.gz (launch/device-bundle packs them into .device/moses)"], result.stderr
 
 
+def test_a_keep_folder_that_gtscale_did_not_write_is_refused_and_left_alone(tmp_path):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "steps.tsv").write_text("my notes\n")
+    result = subprocess.run([str(REPO / "launch" / "gpu-pretrain"), "--cpu-smoke", "--out", str(tmp_path / "out"), "--moses", str(MOSES),
+                             "--keep", str(tmp_path / "mine")], env=launch_env(), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        f"gpu-pretrain: --keep {tmp_path / 'mine'} holds files gpu-pretrain did not write; choose a new or empty folder"], result.stderr
+    assert [p.name for p in (tmp_path / "mine").iterdir()] == ["steps.tsv"] and (tmp_path / "mine" / "steps.tsv").read_text() == "my notes\n"
+
+
 def test_device_setup_without_a_bundle_is_one_line(tmp_path):
     """Run from a copy of the launch folder, whose repository has no .device/wheels."""
     (tmp_path / "launch").mkdir()
