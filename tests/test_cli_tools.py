@@ -43,6 +43,34 @@ def test_bench_train_json(tmp_path, monkeypatch):
     result = json.loads(out.read_text())
     assert result["loop_graphs_per_s"] > 0 and result["model_alone_graphs_per_s"] > 0
     assert result["loop_vs_model_alone"] == pytest.approx(result["loop_graphs_per_s"] / result["model_alone_graphs_per_s"])
+    assert result["warmup_steps"] == 5 and result["compiled"] is False and result["batch_shapes"] is None  # eager: no shape to wait for
+
+
+def test_bench_train_warms_a_compiled_model_up_until_no_new_shape_comes():
+    """The warm-up's rule on a stand-in whose k-th step meets the k-th entry of `shapes` (a compiled
+    step costs minutes on a CPU; the real loop is test_bench_train_json's): every bucket met before
+    the timed rounds, so that none of them is timed with its compilation."""
+    from types import SimpleNamespace
+
+    from gtscale.bench.train import _warm_up
+
+    class Stepper:
+        def __init__(self, shapes, compiled=True):
+            self.cfg = SimpleNamespace(compile=SimpleNamespace(enabled=compiled))
+            self.shapes, self.seen, self.steps = shapes, set(), 0
+
+        @property
+        def batch_shapes(self):
+            return len(self.seen)
+
+        def train_step(self, batches):
+            self.seen.add(self.shapes[self.steps % len(self.shapes)])
+            self.steps += 1
+
+    late = Stepper([1] * 11 + [2] + [1] * 100)  # a second bucket first met at step 12
+    assert _warm_up(late, None, 20) == 32 and late.batch_shapes == 2  # 12, then 20 quiet steps
+    assert _warm_up(Stepper([1] * 11 + [2] + [1] * 100, compiled=False), None, 20) == 5
+    assert _warm_up(Stepper(list(range(1000))), None, 20) == 400  # shapes that never settle: at most 20 × steps
 
 
 def test_plot_draws_the_curves_of_a_resumed_run(tmp_path):

@@ -27,6 +27,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", dest="json_path", help="also write the figures to this JSON file")
 
 
+def _warm_up(trainer, batches, steps: int) -> int:
+    """Steps before the timed rounds: 5 (workers started, buffers filled, allocator settled), and with
+    a compiled model on until `steps` steps in a row met no new batch shape, at most 20 × `steps`:
+    each new shape (a size bucket) compiles once, minutes on a CPU, which is not what a step of the
+    loop costs, and a bucket first met inside a round was timed with its compilation. Returns the
+    steps taken."""
+    for _ in range(5):
+        trainer.train_step(batches)
+    taken, quiet = 5, 0
+    while trainer.cfg.compile.enabled and quiet < steps and taken < 20 * steps:
+        before = trainer.batch_shapes
+        trainer.train_step(batches)
+        taken, quiet = taken + 1, 0 if trainer.batch_shapes > before else quiet + 1
+    return taken
+
+
 def _rate(trainer, batches, steps: int) -> float:
     start = time.perf_counter()
     graphs = sum(trainer.train_step(batches).graphs for _ in range(steps))
@@ -56,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
                      "logging.progress=false", "logging.tensorboard=false", *args.overrides]
         trainer = Trainer(load_train_config(args.config, overrides))
         stream = trainer._train_batches()
-        _rate(trainer, stream, 5)  # warm up: workers started, buffers filled, allocator settled
+        warmup = _warm_up(trainer, stream, args.steps)
         loop, alone = [], []
         for _ in range(args.rounds):
             loop.append(_rate(trainer, stream, args.steps))
@@ -70,12 +86,16 @@ def run(args: argparse.Namespace) -> int:
             "torch_threads": torch.get_num_threads(),
             "steps_per_round": args.steps,
             "rounds": args.rounds,
+            "warmup_steps": warmup,
+            "compiled": trainer.cfg.compile.enabled,
+            "batch_shapes": trainer.batch_shapes if trainer.cfg.compile.enabled else None,
             "loop_graphs_per_s": statistics.median(loop),
             "model_alone_graphs_per_s": statistics.median(alone),
         }
         result["loop_vs_model_alone"] = result["loop_graphs_per_s"] / result["model_alone_graphs_per_s"]
     print(f"{result['model']} ({result['parameters']:,} parameters), {args.workers} loader worker(s), {result['torch_threads']} torch thread(s), "
-          f"median of {args.rounds} rounds × {args.steps} steps")
+          f"median of {args.rounds} rounds × {args.steps} steps after {warmup} warm-up steps"
+          + (f" (compiled: {result['batch_shapes']} batch shapes met)" if result["compiled"] else ""))
     print(f"{'mode':<34}{'graphs/s':>10}")
     print(f"{'training loop (loader → step)':<34}{result['loop_graphs_per_s']:>10.0f}")
     print(f"{'model alone (pre-collated)':<34}{result['model_alone_graphs_per_s']:>10.0f}")

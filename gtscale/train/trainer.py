@@ -445,9 +445,14 @@ class Trainer:
         loss, lr = float(result.loss), self.scheduler.get_last_lr()[0]  # the loss leaves the device here
         values = {"loss": loss, "lr": lr, "epoch": self.train_loader.epoch, "nonfinite_skipped": window.skipped} | window.rates(self.world_size)
         if self.cfg.compile.enabled:
-            values |= compile_stats() | {"batch_shapes": len(self._shapes)}
+            values |= compile_stats() | {"batch_shapes": self.batch_shapes}
         self.log.metrics(self.step, "train", values)
         self.log.progress(0, loss=loss, lr=lr, **progress_rate(values, self.task.speed_in_nodes))
+
+    @property
+    def batch_shapes(self) -> int:
+        """Batch shapes trained on so far with a compiled model (each compiled once; 0 in eager)."""
+        return len(self._shapes)
 
     def _evaluate_and_save(self, stop: bool, final: bool, evaluate_now: bool = False) -> bool:
         """Evaluate every eval.every steps, checkpoint every checkpoint.every steps, on a new best
