@@ -43,13 +43,12 @@ def training_lines(run: Path) -> list[str]:
     train = [r for r in rows if r.get("split") == "train"]
     if not train:
         return ["No training step was logged."]
-    rate = statistics.median(r["graphs_per_s"] for r in train[1:] or train)  # the first step compiles / warms up
+    last = train[-1]
+    rate = statistics.median(r["graphs_per_s"] for r in train[1:] or train)  # the first step warms up (or compiles)
     tested = [r for r in rows if r.get("split") not in ("train", "memory") and "mae" in r]
-    lines = ["| last step | passes completed (epoch) | median graphs/s | final loss | test MAE |", "|---:|---:|---:|---:|---:|",
-             f"| {train[-1]['step']:,} | {train[-1]['epoch']} | {rate:,.0f} | {train[-1]['loss']:.4f} | "
-             f"{tested[-1]['mae']:.4f} (step {tested[-1]['step']:,}) |" if tested else
-             f"| {train[-1]['step']:,} | {train[-1]['epoch']} | {rate:,.0f} | {train[-1]['loss']:.4f} | not evaluated |"]
-    return lines
+    test_mae = f"{tested[-1]['mae']:.4f} (step {tested[-1]['step']:,})" if tested else "not evaluated"
+    return ["| last step | passes completed (epoch) | median graphs/s | final loss | test MAE |", "|---:|---:|---:|---:|---:|",
+            f"| {last['step']:,} | {last['epoch']} | {rate:,.0f} | {last['loss']:.4f} | {test_mae} |"]
 
 
 def corpus_lines(shards: Path) -> list[str]:
