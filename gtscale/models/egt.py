@@ -21,8 +21,8 @@ Speed: tokens and node pairs are kept packed (packing.py), so every linear layer
 FFN runs on real rows only; attention alone runs dense and heads-major, [heads, B, M, M], where M
 counts the virtual nodes first and then the graph's nodes. EGT's clipped logits, edge terms and
 gates do not fit a fused SDPA kernel, so attention is explicit: two batched matmuls around the
-elementwise chain of eq. 4 and 8-9, which is one autograd function with a hand-written backward
-(_GatedAttention), and the edge terms scattered once per layer from the packed pairs.
+elementwise chain of eq. 4 and 8-9, which has a hand-written backward (gated_attention.py), and the
+edge terms scattered once per layer from the packed pairs.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from torch import nn
 from gtscale.loader.batch import Batch
 from gtscale.models.config import EGTConfig
 from gtscale.models.embeddings import MASK_VALUE, FeatureEmbedding, embed_nodes, lookup, node_embedding
+from gtscale.models.gated_attention import gated_attention
 from gtscale.models.layers import FeedForward, compute_dtype, dropout, keep_mask, run_layer
 from gtscale.models.linear import Linear, matmul_nt
 from gtscale.models.outputs import Outputs
@@ -100,7 +101,8 @@ class EGTLayer(nn.Module):
         p_drop = self.attn_dropout if self.training else 0.0
         if self.gated:
             num_virtual = ctx.num_virtual if self.scale_degree else -1
-            out = _GatedAttention.apply(h_hat, gate_logits[0], v, logit_mask, gate_mask, p_drop, num_virtual)
+            keep, scale = keep_mask(h_hat.shape, p_drop, h_hat.device) if p_drop > 0 else (None, 1.0)
+            out = gated_attention(h_hat, gate_logits[0], v, logit_mask, gate_mask, keep, scale, num_virtual)
         else:
             attn = dropout(torch.softmax(h_hat + logit_mask, dim=-1), p_drop, self.training)
             out = torch.matmul(attn, v)  # [heads, B, M, d]
@@ -115,74 +117,6 @@ class EGTLayer(nn.Module):
             e = e + dropout(self.out_e(h_hat.t()), self.edge_dropout, self.training)
             e = e + self.ffn_e(e)
         return h, e
-
-
-class _GatedAttention(torch.autograd.Function):
-    """Eq. 4 and 8-9 fused, heads-major: with g = σ(G)·gate_mask, keep the dropout mask and c its
-    scale (1 / keep rate),
-
-        V̂ = ((softmax(Ĥ + logit_mask) ⊙ g ⊙ keep) (c·V)) ⊙ s,  s_i = ln(1 + Σ_j g_ij)
-
-    (s = 1 on the virtual nodes; num_virtual = -1 switches the scalers off). Autograd would keep
-    the softmax, the sigmoid, the gated map, the dropout mask and the dropped map of every layer
-    for backward; this keeps the softmax, the gates and a byte mask, and recomputes the map.
-    Elementwise passes over the [heads, B, M, M] maps are most of a layer's time outside its
-    matrix products, so the dropout scale c rides on V and on the incoming gradient ([.., M, d],
-    smaller than the map when d < M) instead of the map, and σ'(G)·gate_mask = g(1 - g) (gate_mask is 0 or 1) is one
-    sigmoid_backward pass. Runs in Ĥ's dtype with autocast off: under autocast its inputs already
-    come in the low-precision dtype."""
-
-    @staticmethod
-    def forward(ctx, h_hat, gate_logits, v, logit_mask, gate_mask, p_drop: float, num_virtual: int):
-        with torch.autocast(h_hat.device.type, enabled=False):
-            dtype = h_hat.dtype
-            probs = torch.softmax(h_hat + logit_mask.to(dtype), dim=-1)
-            gates = torch.sigmoid(gate_logits.to(dtype)).mul_(gate_mask.to(dtype))
-            attn = probs * gates
-            keep, scale = None, 1.0
-            if p_drop > 0:
-                keep, scale = keep_mask(attn.shape, p_drop, attn.device)
-                attn.mul_(keep)
-            v = v.to(dtype)
-            out = torch.matmul(attn, v * scale if keep is not None else v)
-            scaler = degree = None
-            if num_virtual >= 0:
-                degree = gates.sum(dim=-1, keepdim=True)
-                scaler = torch.log1p(degree)
-                scaler[:, :, :num_virtual] = 1.0
-                ctx.save_for_backward(probs, gates, keep, v, out, scaler, degree)
-                out = out * scaler
-            else:
-                ctx.save_for_backward(probs, gates, keep, v, None, None, None)
-        ctx.scale, ctx.num_virtual = scale, num_virtual
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):
-        probs, gates, keep, v, out, scaler, degree = ctx.saved_tensors
-        grad = grad.to(probs.dtype)
-        d_degree = None
-        if scaler is not None:
-            d_degree = (grad * out).sum(dim=-1, keepdim=True).div_(degree + 1)
-            d_degree[:, :, :ctx.num_virtual] = 0.0
-            grad = grad * (scaler * ctx.scale if keep is not None else scaler)
-        elif keep is not None:
-            grad = grad * ctx.scale
-        attn = probs * gates
-        if keep is not None:
-            attn.mul_(keep)
-        d_v = torch.matmul(attn.transpose(-1, -2), grad)
-        del attn
-        d_attn = torch.matmul(grad, v.transpose(-1, -2))
-        if keep is not None:
-            d_attn.mul_(keep)
-        d_probs = d_attn * gates
-        d_gates = d_attn.mul_(probs)
-        if d_degree is not None:
-            d_gates.add_(d_degree)
-        d_gate_logits = torch.ops.aten.sigmoid_backward(d_gates, gates)
-        d_h_hat = torch._softmax_backward_data(d_probs, probs, -1, probs.dtype)
-        return d_h_hat, d_gate_logits, d_v, None, None, None, None
 
 
 class VirtualNodes(nn.Module):
