@@ -6,8 +6,8 @@ kernel (trimming) and serves blocks above its mmap threshold with fresh mappings
 writes into new pages and takes a page fault for every 4 KiB of them: an eager egt-small step at
 batch 32 took 16-37 thousand minor faults (65-150 MiB of pages touched anew) and ran 10-17 %
 slower than with the thresholds raised (~400 faults; docs/speed.md, "Freed memory kept, weight
-gradients in place"). The time
-showed up as `aten::copy_` and `aten::_to_copy` in the profiles: each fresh output paid its pages.
+gradients in place"). The time showed up as `aten::copy_` and `aten::_to_copy` in the profiles:
+each fresh output paid for its pages.
 
 PyTorch's CPU tuning guide gives the same advice (or an allocator such as jemalloc preloaded);
 glibc's own switches need nothing installed. Raised here, in the gtscale process (mallopt) and, as
@@ -42,7 +42,8 @@ def keep_freed_memory() -> bool:
     False (and nothing changed) off glibc, or where the user already chose malloc settings."""
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False
-    if os.environ.get("GTSCALE_MALLOC") == "default" or any(name in os.environ for name in _VARIABLES) or "glibc.malloc" in os.environ.get("GLIBC_TUNABLES", ""):
+    users_choice = any(name in os.environ for name in _VARIABLES) or "glibc.malloc" in os.environ.get("GLIBC_TUNABLES", "")
+    if users_choice or os.environ.get("GTSCALE_MALLOC") == "default":
         return False
     libc = ctypes.CDLL(None)  # the process's own C library (glibc, checked above)
     if not (libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) and libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)):

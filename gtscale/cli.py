@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gtscale: error: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
         return EXIT_USER_ERROR
     parser, module = _build_parser(module_name, prog, help_text)
-    args = parser.parse_args(rest)
-    keep_freed_memory()  # before the command allocates: a CPU step reuses what the last one freed  # argparse exits 2 on a bad option, naming it
+    args = parser.parse_args(rest)  # argparse exits 2 on a bad option, naming it
+    keep_freed_memory()  # before the command allocates: a CPU step reuses what the last one freed
     try:
         return int(module.run(args) or 0)
     except UserError as err:

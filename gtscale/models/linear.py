@@ -52,8 +52,8 @@ def _row_or_column_major(x: torch.Tensor) -> torch.Tensor:
     """x itself when it is row-major or a transposed row-major matrix, else a row-major copy.
 
     oneDNN takes a transposed weight at full speed (a transposed input it copies), but a matrix
-    whose rows lie further apart than its width (a slice such as EGT's virtual-node rows, stride 19,456 for 2,048 columns) sent one
-    32 × 2,048 × 512 product through a path 700× slower than the copy and the product together."""
+    whose rows lie further apart than its width (a slice such as EGT's virtual-node rows, stride
+    19,456 for 2,048 columns) sent one 32 × 2,048 × 512 product through a path 700× slower than the copy and the product together."""
     return x if x.is_contiguous() or x.t().is_contiguous() else x.contiguous()
 
 
