@@ -89,31 +89,20 @@ def prepare_inductor(cache_dir: str | Path, device_type: str) -> None:
 
 
 def apply_codegen_settings(device_type: str) -> None:
-    """Random draws, and on AVX-512 CPUs the vector width.
-
-    Random draws on a CPU: inductor's generated C++ draws dropout masks with one Philox call per
+    """Random draws on a CPU: inductor's generated C++ draws dropout masks with one Philox call per
     random word, which cost 17-20 ms of a compiled egt-small step against 13 ms for the same words
     from torch's generator (mt19937) as eager draws them; `fallback_random` makes the compiled
     model call torch's, so that it also draws exactly eager's masks. On a GPU inductor's fused
     Philox draws are the faster ones and stay.
 
-    Vector width: inductor's C++ kernels at 512-bit vectors corrupt the heap in Graphormer's
-    compiled backward with two or more OpenMP threads (torch 2.13 on an AVX-512 Xeon: `free(): invalid size` inside
-    aten._embedding_bag_backward, the process aborts; one thread, aot_eager or 256-bit vectors
-    pass). On such CPUs, with two or more threads, inductor generates 256-bit (AVX2) kernels instead;
-    the setting is part of inductor's cache key, so no 512-bit kernel is reused from a cache. GPU
-    (Triton) code is unaffected.
-
-    The 256-bit kernels have a bug of their own, on one thread: the last, partial vector of an
-    indirect scatter reads or writes past its lanes (EGT's pair scatter with a pair count that is
-    not a multiple of 8 fails inductor's bounds check, "index out of bounds", and segfaults when
-    the check is off), which `gtscale bench train` with compile on hit at its one model thread. At
-    one thread the 512-bit kernels pass every model (the abort needs two threads), so the width is
-    chosen by the thread count the compiling process runs with (tests/models/test_compiled.py
-    covers both)."""
+    The vector width is inductor's own (512 bits on AVX-512 CPUs). Forcing 256-bit (AVX2) kernels
+    there, as gtscale did from 193a8fd to work around a heap corruption in Graphormer's compiled
+    backward seen once on an AVX-512 Xeon with two threads, made inductor compute wrong values:
+    on this AVX-512 EPYC, EGT with node dropout gave the last graph of a batch outputs 0.04 off
+    eager's, at one and two threads, and at one thread its pair scatter failed a bounds check. At
+    inductor's width every model matches eager at one and two threads here
+    (tests/models/test_compiled.py runs both)."""
     torch._inductor.config.fallback_random = device_type == "cpu"
-    if torch.backends.cpu.get_cpu_capability().startswith("AVX512"):
-        torch._inductor.config.cpp.simdlen = 256 if torch.get_num_threads() > 1 else None
 
 
 def compile_options(mode: str, static_shapes: bool) -> dict:

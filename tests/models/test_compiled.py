@@ -11,9 +11,10 @@ lowers the same way (post-LN Graphormer: pre-LN's ops; MNA-GT's virtual-node rea
 layers) run through "aot_eager_decomp_partition": dynamo's fullgraph capture, AOT autograd, and
 inductor's own decompositions and forward/backward partitioning, everything but the codegen.
 
-They run on two threads, through gtscale's codegen settings (train/compiled.py): inductor's
-512-bit C++ kernels aborted the process in Graphormer's backward on this AVX-512 machine with two
-threads, and an earlier test that leaves torch on one thread hid it."""
+They run on two threads, through gtscale's codegen settings (train/compiled.py), and EGT also on one:
+on this AVX-512 machine the 256-bit C++ kernels gtscale once forced there gave EGT with node
+dropout wrong outputs for a batch's last graph (this test's egt case failed at two threads), and
+at one thread an out-of-bounds pair scatter."""
 
 import numpy as np
 import pytest
@@ -91,9 +92,9 @@ ONE_THREAD_EGT = {"num_layers": 1, "svd_rank": 0, "output_edges": False}
 
 def test_egt_compiled_on_one_thread_equals_eager(graphs):
     """One thread, gtscale's codegen settings, a padded batch whose pair count is not a multiple of
-    the vector width: with the 256-bit kernels of the workaround above, EGT's pair scatter went past
-    its last partial vector ("index out of bounds"), which `gtscale bench train` with compile on
-    hit at its one model thread; at one thread gtscale keeps inductor's default width."""
+    the vector width: with 256-bit kernels on an AVX-512 CPU, EGT's pair scatter went past its
+    last partial vector ("index out of bounds"), which `gtscale bench train` with compile on hit at
+    its one model thread."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
