@@ -1,14 +1,15 @@
 """Every model compiles as one graph (fullgraph: a break is an error) and computes what eager
-computes: outputs and gradients, fp32, 1e-5. Tiny configs; dropout off, except in EGT: on a CPU the
-compiled model draws from torch's generator as eager does (fallback_random, train/compiled.py), so
-from the same seed both runs drop the same entries.
+computes: outputs and gradients, fp32, 1e-5. Tiny configs; dropout off, except EGT's and pre-LN
+Graphormer's attention dropout (post-LN Graphormer keeps it off, so that SDPA's path is traced too):
+on a CPU the compiled model draws from torch's generator as eager does (fallback_random,
+train/compiled.py), so from the same seed both runs drop the same entries.
 The sparse models take EdgeBatches, as their loaders make them (a dense Batch is converted inside
 them, with data-dependent sizes: eager only).
 
 Inductor (C++ codegen, ~30 s a variant on 2 cores) compiles the variants whose lowering no other
 variant covers. The two that differ from a sibling only in the order or choice of ops inductor
-lowers the same way (post-LN Graphormer: pre-LN's ops; MNA-GT's virtual-node readout: MNA-GT's
-layers) run through "aot_eager_decomp_partition": dynamo's fullgraph capture, AOT autograd, and
+lowers the same way (post-LN Graphormer: pre-LN's ops, with SDPA for the written-out attention;
+MNA-GT's virtual-node readout: MNA-GT's layers) run through "aot_eager_decomp_partition": dynamo's fullgraph capture, AOT autograd, and
 inductor's own decompositions and forward/backward partitioning, everything but the codegen.
 
 They run on two threads, through gtscale's codegen settings (train/compiled.py), and EGT also on one:
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.xdist_group("inductor")  # one worker compiles (conftes
 
 VARIANTS = {
     "egt": {**TINY_EGT, "attn_dropout": 0.3, "node_dropout": 0.1},
-    "graphormer-pre-ln": {**TINY_GRAPHORMER, "attention_dropout": 0.0, "activation_dropout": 0.0},
+    "graphormer-pre-ln": {**TINY_GRAPHORMER, "attention_dropout": 0.3, "activation_dropout": 0.0},
     "graphormer-post-ln": {**TINY_GRAPHORMER, "attention_dropout": 0.0, "activation_dropout": 0.0, "post_ln": True},
     "et-dense": TINY_ET,
     "et-sparse": TINY_ET_SPARSE,
@@ -118,3 +119,33 @@ def test_egt_compiled_on_one_thread_equals_eager(graphs):
             torch.testing.assert_close(c, a, rtol=1e-5, atol=1e-5)
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("attn_dropout", [0.0, 0.3])
+def test_egt_compiles_through_the_gpu_attention_wrapper(graphs, two_threads, monkeypatch, attn_dropout):
+    """The CPU twin of a compiled GPU step: EGT's gated attention through the autograd.Function
+    that a compiled model traces on a GPU (on a CPU gtscale keeps the core opaque), with and
+    without attention dropout (keep None). Dynamo captures it in one graph, AOT autograd traces
+    its hand-written backward, and outputs and gradients equal eager's through the opaque ops.
+    (aot_eager: what a CUDA run shares with a CPU one is the capture and the traced backward, not
+    inductor's C++ code.)"""
+    from gtscale.models import egt as egt_module
+    from gtscale.models import gated_attention as ga
+
+    apply_codegen_settings("cpu")
+    torch.manual_seed(0)
+    model = build_model({**TINY_EGT, "attn_dropout": attn_dropout}).train()
+    head = build_head({"kind": "graph", "num_outputs": 2}, model)
+
+    def eager(batch):
+        return head(model(batch))
+
+    reset_compile_state()
+    compiled = torch.compile(eager, fullgraph=True, backend="aot_eager_decomp_partition")
+    batch = make_batch(graphs)
+    expected = _run(model, head, batch, eager)
+    monkeypatch.setattr(egt_module, "gated_attention", ga._Traced.apply)
+    got = _run(model, head, batch, compiled)
+    for a, b in zip(expected, got):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+    assert compile_count() == 1
