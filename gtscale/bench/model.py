@@ -469,17 +469,12 @@ def run(args: argparse.Namespace) -> int:
     results = []
     for precision in args.precision:
         for implementation in implementations:
-            # close + join, not the with-block's terminate: a terminated worker leaves the semaphores
-            # of inductor's compile workers to the resource tracker's warning at exit
-            pool = context.Pool(1)
-            try:
+            with context.Pool(1) as pool:
                 results.append(pool.apply(measure, (cfg, batch, precision, args.steps, args.warmup, args.threads, device, args.seed, args.peak_tflops, implementation,
                                                     args.profile_rows if args.profile is not None else 0, args.compile_cache)))
+                # the worker ends on its own before the with-block's terminate: a terminated worker
+                # leaves the semaphores of inductor's compile workers to the resource tracker's warning
                 pool.close()
-            except BaseException:
-                pool.terminate()
-                raise
-            finally:
                 pool.join()
     by_key = {(r["precision"], r["implementation"]): r for r in results}
     setup["ratios"] = [

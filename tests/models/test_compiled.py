@@ -7,10 +7,11 @@ The sparse models take EdgeBatches, as their loaders make them (a dense Batch is
 them, with data-dependent sizes: eager only).
 
 Inductor (C++ codegen, ~30 s a variant on 2 cores) compiles the variants whose lowering no other
-variant covers. The two that differ from a sibling only in the order or choice of ops inductor
-lowers the same way (post-LN Graphormer: pre-LN's ops, with SDPA for the written-out attention;
-MNA-GT's virtual-node readout: MNA-GT's layers) run through "aot_eager_decomp_partition": dynamo's fullgraph capture, AOT autograd, and
-inductor's own decompositions and forward/backward partitioning, everything but the codegen.
+variant covers. Two run through "aot_eager_decomp_partition" (dynamo's fullgraph capture, AOT
+autograd, and inductor's own decompositions and forward/backward partitioning, everything but the
+codegen): MNA-GT's virtual-node readout, whose ops MNA-GT's layers already lower, and post-LN
+Graphormer, pre-LN's ops in another order, whose attention without dropout is SDPA (torch's own
+kernel, traced here, not generated).
 
 They run on two threads, through gtscale's codegen settings (train/compiled.py), and EGT also on one:
 on this AVX-512 machine the 256-bit C++ kernels gtscale once forced there gave EGT with node
