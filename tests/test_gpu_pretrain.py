@@ -93,3 +93,14 @@ def test_cpu_smoke_shards_pretrains_one_pass_exports_and_a_second_run_goes_on(tm
     steps = [r["step"] for r in rows if r["split"] == "train"]
     assert [r for r in rows if r["split"] == "train"][-1]["epoch"] == 2 and steps[-1] == 26
     assert len(steps) == len(set(steps))  # the steps of the first run were not trained again
+
+
+def test_shards_without_a_manifest_are_refused_in_one_line(tmp_path):
+    """--shards takes a finished shard folder (launch/gpu-lease's); an unfinished one is refused
+    before anything runs, and the MOSES CSVs are not needed with it."""
+    (tmp_path / "shards").mkdir()
+    result = subprocess.run([str(REPO / "launch" / "gpu-pretrain"), "--cpu-smoke", "--out", str(tmp_path / "out"), "--moses", str(tmp_path / "none"),
+                             "--shards", str(tmp_path / "shards")], env=launch_env(), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        f"gpu-pretrain: --shards {tmp_path / 'shards'}: no manifest.json (not a finished gtscale shard folder)"], result.stderr
+    assert not (tmp_path / "out").exists()

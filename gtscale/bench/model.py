@@ -21,6 +21,10 @@ continuous and/or categorical node features as the model reads them and 5 % anom
 labels, as one EdgeBatch (MNA-GT: split into graphs of --graph-nodes nodes, its ego subgraphs);
 the loss is App. C's weighted BCE of a node head, the figures nodes/s and peak memory.
 
+--compile adds a row for the model under torch.compile (fullgraph, inductor's default mode);
+--cuda-graphs (CUDA only) one compiled with mode reduce-overhead, whose steps replay captured
+CUDA graphs instead of launching each kernel from Python.
+
 --profile FILE.md: after the timed steps each row (precision × implementation) trains one more
 step under torch.profiler, and FILE.md gets, per row, the --profile-rows (15) kernels (CUDA; CPU:
 the operators) of most self time, with their calls and share of the step's total.
@@ -90,6 +94,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--authors", type=Path, default=None, metavar="PATH",
                         help="time against the authors' code in this checkout (egt_pytorch or Graphormer; bench/authors.py)")
     parser.add_argument("--compile", action="store_true", help="also time the model under torch.compile (fullgraph), side by side with eager")
+    parser.add_argument("--cuda-graphs", action="store_true",
+                        help="also time it compiled with CUDA graphs (mode reduce-overhead: the step replays captured kernels); CUDA only")
     parser.add_argument("--profile", type=Path, default=None, metavar="FILE.md",
                         help=f"profile one more step per row (torch.profiler) and write its costliest kernels here (--profile-rows)")
     parser.add_argument("--profile-rows", type=int, default=PROFILE_ROWS, metavar="N",
@@ -211,8 +217,9 @@ def measure(cfg: dict, batch: Batch | EdgeBatch, precision: str, steps: int, war
             device_name: str, seed: int, peak_tflops: float | None, implementation: str = "model", profile_rows: int = 0,
             compile_cache: str | Path = CompileConfig().cache_dir) -> dict:
     """Train `steps` timed steps on `batch`; the figures of one precision and implementation
-    ("model"; "compiled": the same under torch.compile, fullgraph; or "plain": bench/reference.py's
-    obvious version with the same parameters). compile_s: the first step's time beyond a timed
+    ("model"; "compiled": the same under torch.compile, fullgraph; "cudagraph": compiled with mode
+    reduce-overhead, whose steps replay CUDA graphs; or "plain": bench/reference.py's obvious version
+    with the same parameters). compile_s: the first step's time beyond a timed
     step's (tracing and code generation; the rest of the warmup is untimed; compile_cache: inductor's
     cache). profile_rows > 0: one more step under torch.profiler after the timed ones, and its
     profile_rows costliest entries (profile_step)."""
@@ -244,15 +251,19 @@ def measure(cfg: dict, batch: Batch | EdgeBatch, precision: str, steps: int, war
 
     # FLOPs are counted on the eager forward: a counting dispatch mode and a compiled graph exclude each other
     compiled = eager
-    if implementation == "compiled":
+    is_compiled = implementation in ("compiled", "cudagraph")
+    if is_compiled:
         prepare_inductor(compile_cache, device.type)  # as training compiles: the private cache, the CPU workaround
         if profile_rows and device.type == "cpu":
             # Each generated C++ kernel records itself, so that the profile names the fused kernels
             # instead of one opaque "CompiledFxGraph" row (a codegen option: part of the cache key).
             torch._inductor.config.cpp.enable_kernel_profile = True
-        compiled = torch.compile(eager, fullgraph=True)
+        compiled = torch.compile(eager, fullgraph=True, mode="reduce-overhead" if implementation == "cudagraph" else "default")
 
     def step(forward=compiled) -> None:
+        if implementation == "cudagraph" and forward is compiled:
+            # a new step: the previous step's graph outputs (loss, activations) may be overwritten
+            torch.compiler.cudagraph_mark_step_begin()
         with autocast:
             scores = forward(batch)
         if node_task:
@@ -304,7 +315,7 @@ def measure(cfg: dict, batch: Batch | EdgeBatch, precision: str, steps: int, war
         "mfu": achieved / peak if peak else None,
         "parameters": sum(p.numel() for p in params),
         "optimizer": optimizer_name,
-        "compile_s": max(first - seconds, 0.0) if implementation == "compiled" else None,
+        "compile_s": max(first - seconds, 0.0) if is_compiled else None,
     }
     if profile_rows:
         result["profile"] = profile_step(lambda: (step(), sync()), device, profile_rows)
@@ -395,16 +406,17 @@ def _print(setup: dict, results: list[dict]) -> None:
         f"activation checkpointing {setup['checkpointing']}; 1-min load average "
         f"{setup['load_average_before']:.2f} before, {setup['load_average_after']:.2f} after"
     )
-    print(f"{'precision':<10}{'impl':<9}{'graphs/s':>10}{'nodes/s':>11}{'step ms':>10}{'min ms':>9}{'peak MiB':>10}{'GFLOP/step':>12}{'TFLOP/s':>9}{'MFU':>7}{'compile s':>10}")
+    print(f"{'precision':<10}{'impl':<11}{'graphs/s':>10}{'nodes/s':>11}{'step ms':>10}{'min ms':>9}{'peak MiB':>10}{'GFLOP/step':>12}{'TFLOP/s':>9}{'MFU':>7}{'compile s':>10}")
     for r in results:
         mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "-"
         print(
-            f"{r['precision']:<10}{r['implementation']:<9}{r['graphs_per_s']:>10.1f}{r['nodes_per_s']:>11.0f}{r['step_ms']:>10.1f}"
+            f"{r['precision']:<10}{r['implementation']:<11}{r['graphs_per_s']:>10.1f}{r['nodes_per_s']:>11.0f}{r['step_ms']:>10.1f}"
             f"{r['step_ms_min']:>9.1f}{r['peak_mem_mb']:>10.0f}{r['gflop_per_step']:>12.1f}{r['achieved_tflops']:>9.3f}{mfu:>7}"
             f"{'' if r['compile_s'] is None else format(r['compile_s'], '.1f'):>10}"
         )
     for ratio in setup.get("compile_ratios", []):
-        print(f"{ratio['precision']}: compiled / eager throughput {ratio['speedup']:.2f}x, peak memory eager / compiled {ratio['memory_saving']:.2f}x")
+        impl = ratio["implementation"]
+        print(f"{ratio['precision']}: {impl} / eager throughput {ratio['speedup']:.2f}x, peak memory eager / {impl} {ratio['memory_saving']:.2f}x")
     for ratio in setup.get("ratios", []):
         print(
             f"{ratio['precision']}: model / plain throughput {ratio['speedup']:.2f}x, "
@@ -424,7 +436,7 @@ def run(args: argparse.Namespace) -> int:
     if args.batch_size < 1 or args.steps < 1 or args.warmup < 0 or args.threads < 1 or args.nodes < 1 or args.edges < 0 or args.graph_nodes < 1 \
             or args.profile_rows < 1:
         raise UserError("--batch-size, --steps, --threads, --nodes, --graph-nodes and --profile-rows must be positive, --warmup and --edges >= 0")
-    if args.compile:
+    if args.compile or args.cuda_graphs:
         private_cache_dir(args.compile_cache)  # refused here, in one line, rather than in the row's process
     claim_json(args.json)
     claim_markdown(args.profile, "model", "--profile")
@@ -433,6 +445,8 @@ def run(args: argparse.Namespace) -> int:
     if args.checkpointing:
         cfg["activation_checkpointing"] = True
     device = _device(args.device)
+    if args.cuda_graphs and not device.startswith("cuda"):
+        raise UserError(f"--cuda-graphs: CUDA graphs need a CUDA device, and --device is {device}")
     graph_kind = args.graph
     if graph_kind == "auto":
         graph_kind = "generated" if getattr(typed, "form", None) == "sparse" else "molecules"
@@ -464,7 +478,7 @@ def run(args: argparse.Namespace) -> int:
             "atoms_mean": atoms.float().mean().item(),
             "atoms_max": int(atoms.max()),
         }
-    implementations = ["model"] + (["compiled"] if args.compile else []) + (["plain"] if _has_plain(cfg) and not args.no_reference else [])
+    implementations = ["model"] + (["compiled"] if args.compile else []) + (["cudagraph"] if args.cuda_graphs else []) + (["plain"] if _has_plain(cfg) and not args.no_reference else [])
     context = multiprocessing.get_context("spawn")
     results = []
     for precision in args.precision:
@@ -488,10 +502,11 @@ def run(args: argparse.Namespace) -> int:
     setup["compile_ratios"] = [
         {
             "precision": p,
-            "speedup": by_key[(p, "compiled")]["nodes_per_s"] / by_key[(p, "model")]["nodes_per_s"],
-            "memory_saving": by_key[(p, "model")]["peak_mem_mb"] / max(by_key[(p, "compiled")]["peak_mem_mb"], 1e-9),
+            "implementation": impl,
+            "speedup": by_key[(p, impl)]["nodes_per_s"] / by_key[(p, "model")]["nodes_per_s"],
+            "memory_saving": by_key[(p, "model")]["peak_mem_mb"] / max(by_key[(p, impl)]["peak_mem_mb"], 1e-9),
         }
-        for p in args.precision if (p, "compiled") in by_key
+        for p in args.precision for impl in ("compiled", "cudagraph") if (p, impl) in by_key
     ]
     setup["load_average_after"] = os.getloadavg()[0]
     _print(setup, results)

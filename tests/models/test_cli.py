@@ -134,3 +134,13 @@ def test_bench_model_profiles_one_step_per_row(tmp_path, capsys):
     other.write_text("# my notes\n")
     assert main(eager_only[:-4] + ["--profile", str(other)]) == 2
     assert "would replace a file gtscale did not write" in capsys.readouterr().err and other.read_text() == "# my notes\n"
+
+
+def test_bench_model_refuses_cuda_graphs_without_a_cuda_device(tmp_path, capsys):
+    model_path, json_path = tmp_path / "tiny.yaml", tmp_path / "out.json"
+    model_path.write_text(yaml.safe_dump(TINY_EGT))
+    argv = ["bench", "model", "--model", str(model_path), "--device", "cpu", "--cuda-graphs", "--json", str(json_path)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--cuda-graphs" in err and "cpu" in err and len(err.strip().splitlines()) == 1
+    assert not json_path.exists()
