@@ -4,7 +4,7 @@ launch/gpu-speed runs the benchmarks and gpu-check (each under `timeout`) and le
 folder `steps.tsv` (step, status, seconds), `bench-<model>-<batch>.json` (`gtscale bench model
 --json`) and `profile-<model>.md` (`--profile`). This writes into --out:
 - bench.json: the steps and every benchmark's JSON, as they were written;
-- summary.md: the steps, one throughput table over all benchmarks (with compiled ÷ eager), and
+- summary.md: the steps, one throughput table over all benchmarks (each row ÷ eager: compiled, cudagraph), and
   gpu-check's report lines from the log;
 - gpu-profile.md: the profiles, one after the other;
 and prints summary.md. Exit status 1 when a step did not pass.
@@ -48,7 +48,7 @@ def check_lines(log: Path) -> list[str]:
 
 
 def throughput_table(runs: list[dict]) -> list[str]:
-    lines = ["| model | batch | impl | graphs/s | step ms | peak MiB | TFLOP/s | MFU | compile s | compiled ÷ eager |",
+    lines = ["| model | batch | impl | graphs/s | step ms | peak MiB | TFLOP/s | MFU | compile s | ÷ eager |",
              "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for run in runs:
         eager = next((r for r in run["results"] if r["implementation"] == "model"), None)
