@@ -2,7 +2,7 @@
 split, and what the run did, from the files its steps wrote.
 
     python -m gtscale.bench.gpu_pretrain steps --shards DIR --node-budget N --passes P
-    python -m gtscale.bench.gpu_pretrain summary --work DIR [--shards DIR] --out DIR --seconds S
+    python -m gtscale.bench.gpu_pretrain summary --work DIR --shards DIR --out DIR --seconds S
 
 `summary` writes summary.md into --out (the steps and their seconds, the corpus that was sharded,
 the training run's steps, passes, throughput and final test MAE, the export and its size), prints
@@ -63,14 +63,14 @@ def corpus_lines(shards: Path) -> list[str]:
             f"{size / 1e6:,.0f} MB"]
 
 
-def summary(work: Path, out: Path, seconds: int, shards: Path | None = None) -> int:
-    """summary.md of a run whose scratch folder is `work` (shards: the corpus, when not work/shards)."""
+def summary(work: Path, shards: Path, out: Path, seconds: int) -> int:
+    """summary.md of a run whose scratch folder is `work`, on the corpus in `shards`."""
     steps = read_steps(work)
     export = out / "export"
     sizes = ", ".join(f"{p.name} {p.stat().st_size / 2**20:.1f} MiB" for p in sorted(export.iterdir())) if export.is_dir() else "none"
     lines = [f"# launch/gpu-pretrain ({seconds} s)", "", "| step | status | seconds |", "|---|---|---:|"]
     lines += [f"| {s['step']} | {s['status']} | {s['seconds']} |" for s in steps]
-    lines += ["", "## Corpus", "", *corpus_lines(shards or work / "shards"), "", "## Pretraining", "", *training_lines(work / "run"), "",
+    lines += ["", "## Corpus", "", *corpus_lines(shards), "", "## Pretraining", "", *training_lines(work / "run"), "",
               f"## Export\n\n{export}: {sizes}"]
     write_markdown(out / "summary.md", "\n".join(lines) + "\n", "gpu-pretrain", "--out")
     print("\n".join(lines))
@@ -86,14 +86,14 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--passes", type=float, default=1.0)
     r = sub.add_parser("summary")
     r.add_argument("--work", type=Path, required=True)
-    r.add_argument("--shards", type=Path, default=None, help="the corpus's shards (default: WORK/shards)")
+    r.add_argument("--shards", type=Path, required=True, help="the corpus's shards (WORK/shards, or gpu-pretrain --shards)")
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--seconds", type=int, default=0)
     args = parser.parse_args(argv)
     if args.command == "steps":
         print(pass_steps(args.shards, args.node_budget, args.passes))
         return 0
-    return summary(args.work, args.out, args.seconds, args.shards)
+    return summary(args.work, args.shards, args.out, args.seconds)
 
 
 if __name__ == "__main__":
