@@ -30,6 +30,9 @@ class LoaderConfig:
     shuffle_initial: int = 500  # training: samples buffered before the first leaves (WebDataset's `initial`)
     seed: int = 0  # shard order, sample shuffle and sign flips derive from (seed, epoch, rank, worker)
     epoch_batches: int = 0  # training: batches per rank per epoch; 0 = about one pass over the split
+    # training: read only the split's first K shards (a smaller corpus from the same shards, e.g.
+    # the corpus-size rows of a scaling table); 0 = every shard. Evaluation always reads all.
+    max_shards: int = 0
     num_workers: int = 2  # DataLoader worker processes per rank; 0 = load in the training process
     prefetch_factor: int = 2  # batches each worker prepares ahead
     pin_memory: bool = False  # page-locked batches, for faster host→GPU copies
@@ -47,8 +50,8 @@ class LoaderConfig:
             raise ValueError("node_budget must be > 0 with batching: node_budget")
         if self.batching == "graphs" and self.batch_size <= 0:
             raise ValueError("batch_size must be > 0 with batching: graphs")
-        if self.pair_budget < 0 or self.epoch_batches < 0 or self.shuffle_buffer < 0 or self.num_workers < 0:
-            raise ValueError("pair_budget, epoch_batches, shuffle_buffer and num_workers must be >= 0")
+        if self.pair_budget < 0 or self.epoch_batches < 0 or self.max_shards < 0 or self.shuffle_buffer < 0 or self.num_workers < 0:
+            raise ValueError("pair_budget, epoch_batches, max_shards, shuffle_buffer and num_workers must be >= 0")
         if self.bucket_ratio <= 1.0:
             raise ValueError("bucket_ratio must be > 1")
         if any(b <= a for a, b in zip(self.bucket_boundaries, self.bucket_boundaries[1:])) or any(b < 1 for b in self.bucket_boundaries):

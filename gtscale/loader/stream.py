@@ -246,6 +246,8 @@ def build_loader(manifest: dict | str | Path, split: str, config: LoaderConfig, 
     if rank is None or world_size is None:
         rank, world_size, _, _ = wds.utils.pytorch_worker_info()
     shards = manifest_shards(manifest, split)
+    if train and config.max_shards:
+        shards = shards[: config.max_shards]
     if not shards:
         raise UserError(f"{manifest.get('_dir', 'manifest')}: split {split!r} has no shards")
     keys = record_keys(config.keys, config.path_edges_max_dist)

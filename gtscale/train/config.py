@@ -68,6 +68,16 @@ class AuxDistanceConfig:
 
 
 @dataclass
+class AuxGraphFeatConfig:
+    """Molecule-level features as pretraining targets: a second graph head predicts the shards'
+    graph_feat (`gtscale shard --graph-features`) from the pooled representation, Morgan bits by
+    binary cross-entropy and rdkit2d z-scores by squared error (train/feature_targets.py). The
+    features are then targets only: the task head does not read them as inputs."""
+
+    weight: float = 1.0  # weight of its loss beside the task loss (both are means over the step's graphs)
+
+
+@dataclass
 class TaskConfig:
     # l1 for MAE tasks (PCQM4Mv2), bce for binary graph tasks, node_bce for node anomaly detection
     # (weighted BCE at the target nodes, ET eq. 22; see anomaly_weight)
@@ -89,6 +99,7 @@ class TaskConfig:
     target_scale: Union[Literal["auto"], float, list[float]] = "auto"
     target_shift: Union[Literal["auto"], float, list[float]] = "auto"
     aux_distance: Optional[AuxDistanceConfig] = None  # EGT's auxiliary distance prediction; off when absent
+    aux_graph_feat: Optional[AuxGraphFeatConfig] = None  # predict the shards' graph_feat too (pretraining); off when absent
     # node_bce: ω, the weight of anomalous targets; auto = #normal / #anomalous of the train split
     # (the manifest's task.label_counts), 1 = plain BCE
     anomaly_weight: Union[Literal["auto"], float] = "auto"
@@ -241,6 +252,7 @@ RANGES: dict[str, tuple[Callable[[Any, "TrainConfig"], bool], str]] = {
     "task.anomaly_weight": (lambda v, _: v == "auto" or (math.isfinite(v) and v > 0), "auto or a number > 0"),
     "task.aux_distance.max_hops": (lambda v, _: v >= 1, ">= 1"),
     "task.aux_distance.weight": (_finite(0.0), ">= 0"),
+    "task.aux_graph_feat.weight": (_finite(0.0), ">= 0"),
     "max_nonfinite": (lambda v, _: v >= 1, ">= 1"),
     "max_steps": (lambda v, _: v >= 1, ">= 1 (or absent)"),
 }

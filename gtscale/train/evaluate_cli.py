@@ -28,7 +28,7 @@ from gtscale.io import atomic_write_text
 from gtscale.models.export import MODEL_FILE, read_weights
 from gtscale.train.config import RUN_RECORD_KEYS, TrainConfig
 from gtscale.train.data_source import split_loader, task_manifest
-from gtscale.train.task_model import build_task_model, loader_keys
+from gtscale.train.task_model import AUX_HEADS, build_task_model, loader_keys
 from gtscale.train.tasks import Task, build_task, predict
 
 
@@ -75,7 +75,7 @@ def evaluate_run(run_dir: Path, split: str = "test", tag: str = "best") -> dict:
     task = build_task(cfg, manifest)
     model, model_cfg = build_task_model(cfg, int(manifest["task"]["num_targets"]), manifest)
     missing, unexpected = model.load_state_dict(read_weights(out / MODEL_FILE), strict=False)
-    missing = [k for k in missing if not k.startswith("distance_head.")]  # not exported: training only
+    missing = [k for k in missing if not k.startswith(AUX_HEADS)]  # not exported: training only
     if missing or unexpected:
         raise UserError(f"{out / MODEL_FILE}: does not fit the run's model ({(missing or unexpected)[0]})")
     model.to("cuda" if torch.cuda.is_available() else "cpu").eval()

@@ -18,6 +18,7 @@ from gtscale.config import load_yaml
 from gtscale.errors import UserError
 from gtscale.models.export import claim_export_dir, write_export
 from gtscale.train import checkpoint, safe_load
+from gtscale.train.task_model import AUX_HEADS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -70,8 +71,8 @@ def export(run_dir: Path, tag: str, out: Path) -> Path:
             state = get_fp32_state_dict_from_zero_checkpoint(str(run_dir / "checkpoints"), tag=tag)
     else:  # ZeRO 0: the full fp32 module is in the model-states file
         state = safe_load.load_file(folder / "mp_rank_00_model_states.pt")["module"]
-    # The auxiliary distance head only shapes training; the export is the backbone and task head.
-    state = {k: v for k, v in state.items() if not k.startswith("distance_head.")}
+    # The auxiliary heads only shape training; the export is the backbone and task head.
+    state = {k: v for k, v in state.items() if not k.startswith(AUX_HEADS)}
     record = prediction_record(config)
     model_cfg = {**config["model_resolved"], "head": config_head(config, record.get("shards", {}).get("task", {}).get("num_targets"))}
     return write_export(out, state, model_cfg, {"run_dir": str(run_dir), "tag": tag, **record})

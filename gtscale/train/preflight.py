@@ -70,8 +70,9 @@ def check_task(task: TaskConfig, num_targets: int, manifest: Path | str = "the s
             raise UserError(f"task.loss: {task.loss!r} does not suit evaluator {NODE_EVALUATOR!r} (use node_bce)")
         if task.metric not in NODE_METRICS:
             raise UserError(f"task.metric: {task.metric!r} is not reported by evaluator {NODE_EVALUATOR!r} (it reports {', '.join(NODE_METRICS)})")
-        if task.aux_distance is not None:
-            raise UserError("task.aux_distance: not supported for node tasks (remove it)")
+        for aux in ("aux_distance", "aux_graph_feat"):
+            if getattr(task, aux) is not None:
+                raise UserError(f"task.{aux}: not supported for node tasks (remove it)")
         return
     if task.loss == "node_bce":
         raise UserError(f"task.loss: 'node_bce' needs evaluator {NODE_EVALUATOR!r} on node-task shards")

@@ -3,6 +3,8 @@ initialised from an export (pretrain → fine-tune) and told which Batch fields 
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch import nn
 
@@ -15,24 +17,38 @@ from gtscale.models.config import HeadConfig
 from gtscale.models.export import ExportedModel, read_weights
 from gtscale.models.heads import head_input_dim
 from gtscale.train.config import TrainConfig, resolve_model_config
+from gtscale.train.feature_targets import FeatureTargets
 
 
 class GraphTaskModel(ExportedModel):
-    """Backbone + task head (+ EGT's distance-prediction head) as one module, so DeepSpeed wraps
-    (and ZeRO partitions) them all. Without the distance head, its state dict is an export's.
+    """Backbone + task head (+ the training-only heads of auxiliary objectives: EGT's distance
+    head, the molecule-feature head of task.aux_graph_feat) as one module, so DeepSpeed wraps (and
+    ZeRO partitions) them all. Its state dict less the auxiliary heads (AUX_HEADS) is an export's.
 
-    forward returns (task scores, the weighted auxiliary loss or None)."""
+    forward returns (task scores, {objective: its unweighted-by-batch loss}); the auxiliary losses
+    are computed in training mode only."""
 
-    def __init__(self, backbone: nn.Module, head: nn.Module, distance_head: nn.Module | None = None):
+    def __init__(self, backbone: nn.Module, head: nn.Module, distance_head: nn.Module | None = None,
+                 feature_head: nn.Module | None = None, feature_targets: FeatureTargets | None = None):
         super().__init__(backbone, head)
         self.distance_head = distance_head
+        self.feature_head = feature_head
+        self.feature_targets = feature_targets
 
-    def forward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         outputs = self.backbone(batch)
-        aux = None
-        if self.distance_head is not None and self.training:
-            aux = self.distance_head.distance_loss(self.distance_head(outputs), batch)
-        return self.head(outputs, getattr(batch, "graph_feat", None)), aux  # EdgeBatches carry none
+        aux = {}
+        if self.training and self.distance_head is not None:
+            aux["distance"] = self.distance_head.distance_loss(self.distance_head(outputs), batch)
+        if self.training and self.feature_head is not None:
+            aux["graph_feat"] = self.feature_targets.loss(self.feature_head(outputs), batch.graph_feat, batch.node_mask.any(dim=1))
+        # graph_feat is an input only when it is not a target (EdgeBatches carry none)
+        graph_feat = None if self.feature_head is not None else getattr(batch, "graph_feat", None)
+        return self.head(outputs, graph_feat), aux
+
+
+#: State-dict prefixes of the heads that only shape training: an export leaves them out.
+AUX_HEADS = ("distance_head.", "feature_head.")
 
 
 def task_model_config(cfg: TrainConfig, manifest: dict | None = None) -> dict:
@@ -42,7 +58,7 @@ def task_model_config(cfg: TrainConfig, manifest: dict | None = None) -> dict:
     (`gtscale shard --graph-features`), the head's graph_features width."""
     model_cfg = resolve_model_config(cfg)
     graph_dim = int((manifest or {}).get("features", {}).get("graph", {}).get("dim", 0))
-    if graph_dim:
+    if graph_dim and cfg.task.aux_graph_feat is None:  # as targets (aux_graph_feat) they are no input
         model_cfg["head"] = {**model_cfg.get("head", {}), "graph_features": graph_dim}
     if is_node_task(manifest):
         if not model_cfg.get("node_float_dim"):
@@ -54,8 +70,8 @@ def task_model_config(cfg: TrainConfig, manifest: dict | None = None) -> dict:
 def build_task_model(cfg: TrainConfig, num_targets: int, manifest: dict | None = None) -> tuple[GraphTaskModel, dict]:
     """The backbone the config names, its task head (the model YAML's `head` with task.head on top,
     one output per target; a node head on node shards) and EGT's distance head when
-    task.aux_distance is set. A head the backbone cannot carry is a UserError naming task.head or
-    task.aux_distance."""
+    task.aux_distance is set, the molecule-feature head when task.aux_graph_feat is. A head the
+    backbone cannot carry is a UserError naming task.head or task.aux_distance."""
     from gtscale.models import build_head, build_model
 
     model_cfg = task_model_config(cfg, manifest)
@@ -67,7 +83,11 @@ def build_task_model(cfg: TrainConfig, num_targets: int, manifest: dict | None =
         distance_cfg = HeadConfig(kind="distance", **to_dict(cfg.task.aux_distance))
         _check_fits(distance_cfg, backbone, "task.aux_distance")
         distance_head = build_head(distance_cfg, backbone)
-    return GraphTaskModel(backbone, build_head(head_cfg, backbone), distance_head), model_cfg
+    feature_head, feature_targets = None, None
+    if cfg.task.aux_graph_feat is not None:  # a graph head as wide as graph_feat, the task head's hidden layers
+        feature_targets = FeatureTargets.from_manifest(manifest or {}, str((manifest or {}).get("_dir", "the shards")))
+        feature_head = build_head(dataclasses.replace(head_cfg, num_outputs=feature_targets.dim, graph_features=0), backbone)
+    return GraphTaskModel(backbone, build_head(head_cfg, backbone), distance_head, feature_head, feature_targets), model_cfg
 
 
 def _check_fits(head_cfg: HeadConfig, backbone: nn.Module, key: str) -> None:
@@ -130,13 +150,14 @@ def _names(keys: list[str], limit: int = 6) -> str:
     return ", ".join(keys[:limit]) + (f", … {len(keys) - limit} more" if len(keys) > limit else "")
 
 
-def loader_keys(backbone: nn.Module, model_cfg: dict, target_key: str = schema.Y) -> tuple[list[str], int]:
+def loader_keys(backbone: nn.Module, model_cfg: dict, target_key: str = schema.Y, feature_targets: bool = False) -> tuple[list[str], int]:
     """Optional Batch fields the model reads (+ the task's targets, Task.target_key: y for graph
-    shards, target_y for node shards), and the path-edge distance it needs."""
+    shards, target_y for node shards; + graph_feat when `feature_targets`), and the path-edge
+    distance it needs."""
     from gtscale.loader.collate import BATCH_KEYS
 
     fields = [f for f in backbone.batch_fields if f in BATCH_KEYS and f != "path_edges"]
-    if model_cfg.get("head", {}).get("graph_features"):
+    if model_cfg.get("head", {}).get("graph_features") or feature_targets:
         fields.append(schema.GRAPH_FEAT)
     path_dist = int(model_cfg.get("multi_hop_max_dist", 0)) if "path_edges" in backbone.batch_fields else 0
     return sorted(set(fields) | {target_key}), path_dist

@@ -118,7 +118,7 @@ class Trainer:
         model, self.model_cfg = build_task_model(cfg, num_targets, self.manifest)
         if cfg.init_from is not None:
             load_backbone(model, cfg.init_from)
-        keys, path_dist = loader_keys(model.backbone, self.model_cfg, self.task.target_key)
+        keys, path_dist = loader_keys(model.backbone, self.model_cfg, self.task.target_key, feature_targets=model.feature_head is not None)
         loader_cfg = cfg.data.loader
         loader_cfg.keys, loader_cfg.path_edges_max_dist = keys, path_dist
         # Page-locked batches make the host→GPU copies asynchronous (non_blocking below).
@@ -261,6 +261,12 @@ class Trainer:
         real = batch.node_mask[:, :, None] & batch.node_mask[:, None, :]
         return int((real & (batch.spd <= aux.max_hops)).sum())
 
+    def _featured_graphs(self, batch: Batch) -> int:
+        """Real graphs of `batch` whose graph_feat task.aux_graph_feat predicts (filler graphs have no node)."""
+        if self.cfg.task.aux_graph_feat is None:
+            return 0
+        return int(batch.node_mask.any(dim=1).sum())
+
     # --- one step ---------------------------------------------------------------------------------
     def train_step(self, batches: Iterator[Batch], fetch_next: bool = False) -> StepResult:
         """One optimizer step over gradient_accumulation_steps micro-batches on every rank (see the
@@ -276,7 +282,8 @@ class Trainer:
             raise RuntimeError("the loader's workers died before the first step")  # only without fit's priming
         labelled = [self.task.labelled(b) for b in micro]
         pairs = [self._scored_pairs(b) for b in micro]
-        totals = self._on_device([sum(labelled), sum(pairs)])
+        featured = [self._featured_graphs(b) for b in micro]
+        totals = self._on_device([sum(labelled), sum(pairs), sum(featured)])
         dist.all_reduce(totals)  # collective 1: the step's denominators over all ranks
         inverse = totals.clamp(min=1).reciprocal().float()
         backward_scale = float(self.world_size * len(micro))  # undoes DeepSpeed's ÷G and rank averaging
@@ -286,10 +293,12 @@ class Trainer:
             if self.cfg.compile.enabled:  # what a compiled model is specialised on (batch_shapes in metrics)
                 self._shapes.add(tuple((cpu_batch.node_mask if isinstance(cpu_batch, Batch) else cpu_batch.graph_index).shape))
             batch = self._to_device(cpu_batch)
-            scores, aux_loss = self.engine(batch)
+            scores, aux = self.engine(batch)
             loss = self.task.loss(batch, scores) * (labelled[i] * inverse[0])
-            if aux_loss is not None:
-                loss = loss + aux_loss * (pairs[i] * inverse[1])
+            if "distance" in aux:
+                loss = loss + aux["distance"] * (pairs[i] * inverse[1])
+            if "graph_feat" in aux:
+                loss = loss + aux["graph_feat"] * (featured[i] * inverse[2] * self.cfg.task.aux_graph_feat.weight)
             step_loss = step_loss + loss.detach()
             nonfinite = nonfinite + (~torch.isfinite(loss.detach())).float()
             self.engine.backward(loss * backward_scale)

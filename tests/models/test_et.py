@@ -171,7 +171,7 @@ def test_et_trains_through_the_task_model():
         records.append(Record(key=f"m{i}", shard="test", num_nodes=n, idx=i, arrays=arrays))
     batch = collate(records, keys, rng=np.random.default_rng(0))
     scores, aux = model.train()(batch)
-    assert aux is None and scores.shape == (4, 1)
+    assert aux == {} and scores.shape == (4, 1)
     task_loss(scores, batch.y, batch.y_mask, cfg.task).backward()
     missing = [n for n, p in model.named_parameters() if p.grad is None or not torch.isfinite(p.grad).all()]
     assert not missing

@@ -24,10 +24,10 @@ def test_aux_distance_loss_trains_its_head_and_is_off_in_eval(tpsa_shards, tmp_p
 
     model.train()
     scores, aux = model(batch)
-    assert aux is not None and torch.isfinite(aux) and aux > 0
-    (task_loss(scores, batch.y, batch.y_mask, cfg.task) + aux).backward()
+    assert set(aux) == {"distance"} and torch.isfinite(aux["distance"]) and aux["distance"] > 0
+    (task_loss(scores, batch.y, batch.y_mask, cfg.task) + aux["distance"]).backward()
     grads = [p.grad for p in model.distance_head.parameters()]
     assert all(g is not None and g.abs().sum() > 0 for g in grads)
 
     model.eval()
-    assert model(batch)[1] is None  # evaluation scores the task only
+    assert model(batch)[1] == {}  # evaluation scores the task only
