@@ -160,6 +160,10 @@ class EvalConfig:
     # the train split (eval_schedule.py), which suits small sets (MoleculeACE: ~75 steps of 32)
     every: Union[Literal["epoch"], int] = 500
     patience: int = 0  # stop after this many evaluations in a row without a better task.metric; 0 = never
+    # evaluations up to this step (and during the warm-up) can set a best but never use up patience:
+    # a run stops early only once its learning rate has decayed (small sets evaluated every epoch
+    # otherwise stop within a few hundred steps of a cosine schedule whose rate never fell)
+    min_steps: int = 0
 
 
 @dataclass
@@ -236,6 +240,7 @@ RANGES: dict[str, tuple[Callable[[Any, "TrainConfig"], bool], str]] = {
     "checkpoint.keep": (lambda v, _: v >= 0, ">= 0 (0 = keep all)"),
     "eval.every": (lambda v, _: v == "epoch" or v >= 0, ">= 0 (0 = only at the end), or epoch"),
     "eval.patience": (lambda v, _: v >= 0, ">= 0 (0 = never stop early)"),
+    "eval.min_steps": (lambda v, _: v >= 0, ">= 0"),
     "logging.every": (lambda v, _: v >= 1, ">= 1"),
     # CUDA graphs are recorded per input shape: without one shape per bucket they would pile up
     "compile.enabled": (lambda v, c: not v or c.deepspeed.zero_stage < 3, "false with deepspeed.zero_stage 3 (its per-module parameter hooks break the one compiled graph)"),

@@ -479,7 +479,7 @@ class Trainer:
         elif due:
             self.eval_pending = False
             improved = self._maybe_best(metrics)
-            self.patience.update(improved, counts=self.step > cfg.schedule.warmup_steps)
+            self.patience.update(improved, counts=self.step > max(cfg.schedule.warmup_steps, cfg.eval.min_steps))
             save = improved or save or self.patience.exhausted
             self.log.metrics(self.step, cfg.data.eval_split, metrics)
             self.log.message(f"step {self.step} {cfg.data.eval_split}: " + " ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()))

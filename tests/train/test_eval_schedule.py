@@ -45,3 +45,14 @@ def test_two_ranks_stop_together_after_patience_and_a_resume_trains_no_further(n
     assert "no better mae in 2 evaluations (best" in logs(tmp_path / "log")
     assert run_ranks(2, [str(cfg), "--resume", "auto"], tmp_path / "log2") == [0, 0], logs(tmp_path / "log2")
     assert max(metrics(run)) == 8 and sorted(metrics(run, "valid")) == [2, 4, 6, 8]
+
+
+def test_evaluations_before_min_steps_do_not_use_up_patience(nci_shards, tmp_path):
+    # as above, in one process: evaluations every 2 steps, none better after the first; patience 2
+    # counts only those after step 12, so the run stops at step 16, not at step 8
+    run = tmp_path / "run"
+    cfg = write_config(tmp_path / "c.yaml", nci_shards, run, optimizer={"lr": 0.0}, schedule={"total_steps": 40, "warmup_steps": 4, "min_lr": 0.0},
+                       data={"loader": {"epoch_batches": 2, "num_workers": 0}}, task={"evaluator": "regression", "target_shift": "auto", "target_scale": "auto"},
+                       eval={"every": "epoch", "patience": 2, "min_steps": 12}, checkpoint={"every": 1000, "keep": 1}, model_overrides={"svd_rank": 4})
+    assert run_ranks(1, [str(cfg)], tmp_path / "log") == [0], logs(tmp_path / "log")
+    assert sorted(metrics(run, "valid")) == [2, 4, 6, 8, 10, 12, 14, 16]
