@@ -54,6 +54,15 @@ def _build_parser(module_name: str, prog: str, help_text: str) -> tuple[argparse
     return parser, module
 
 
+def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """Options and positionals in any order (`gtscale sweep CONFIG --label x key=value`), except in
+    commands with subcommands, which argparse reads in order only. argparse exits 2 on a bad
+    option, naming it."""
+    if any(isinstance(a, argparse._SubParsersAction) for a in parser._actions):
+        return parser.parse_args(argv)
+    return parser.parse_intermixed_args(argv)
+
+
 def _usage() -> str:
     lines = ["usage: gtscale <command> [options]", "", "commands:"]
     lines += [f"  {name:<12} {help_text}" for name, (_, help_text) in COMMANDS.items()]
@@ -84,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gtscale: error: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
         return EXIT_USER_ERROR
     parser, module = _build_parser(module_name, prog, help_text)
-    args = parser.parse_args(rest)  # argparse exits 2 on a bad option, naming it
+    args = parse(parser, rest)
     keep_freed_memory()  # before the command allocates: a CPU step reuses what the last one freed
     try:
         return int(module.run(args) or 0)
