@@ -26,7 +26,7 @@ LABEL = "ECFP4 + gtscale representation, kernel SVR"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("shards", help="a MoleculeACE shard folder (gtscale shard moleculeace --dataset …)")
-    parser.add_argument("--backbone", required=True, help="a gtscale export (e.g. the MOSES pretraining's) whose representation the kernel reads")
+    parser.add_argument("--backbone", required=True, help="a gtscale export folder, or a shipped backbone's name (moses-egt), whose representation the kernel reads")
     parser.add_argument("--out", required=True, help="folder for sweep.json / sweep.md, the predictions and the export")
     parser.add_argument("--split", default="test", help="split to score (default test)")
 
@@ -73,7 +73,9 @@ def run_kernel_baseline(shards: Path, backbone: Path, out: Path, split: str = "t
 def run(args: argparse.Namespace) -> int:
     from gtscale.experiments.sweep import TABLE_FILE
 
+    from gtscale.models.pretrained import export_path
+
     out = Path(args.out)
-    run_kernel_baseline(Path(args.shards), Path(args.backbone), out, args.split)
+    run_kernel_baseline(Path(args.shards), export_path(args.backbone), out, args.split)
     print((out / TABLE_FILE).read_text(), end="")
     return 0

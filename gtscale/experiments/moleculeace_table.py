@@ -189,10 +189,15 @@ def kernel_backbone(args: argparse.Namespace) -> Path:
     """The export the kernel arm reads: --init-from, else the finetune config's init_from."""
     from gtscale.config import load_yaml
 
+    from gtscale.models.pretrained import export_path
+
     backbone = args.init_from or load_yaml(ARMS["finetune"].config).get("init_from")
-    if not backbone or not Path(backbone).exists():
-        raise UserError(f"--arms kernel: reads a pretrained export; {backbone or 'none'} not found (pass --init-from)")
-    return Path(backbone)
+    if not backbone:
+        raise UserError("--arms kernel: reads a pretrained export; pass --init-from")
+    try:
+        return export_path(backbone)
+    except UserError as err:
+        raise UserError(f"--arms kernel: {err}") from None
 
 
 def kernel_rows(shards: Path, backbone: Path, folder: Path) -> list[dict]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from gtscale.errors import UserError
 from gtscale.format.manifest import GRAPH_TASK, NODE_TASK, is_node_task, task_type
-from gtscale.models import parse_model_config
+from gtscale.models import parse_model_config, pretrained
 from gtscale.train.engine_config import deepspeed_config
 from gtscale.train.config import ERROR_METRICS, TaskConfig, TrainConfig, read_train_config
 from gtscale.train.data_source import task_manifest
@@ -52,10 +52,22 @@ def check_run(cfg: TrainConfig) -> TrainConfig:
         resolve_target_scaling(cfg.task, contents, cfg.data.train_split, num_targets)  # auto needs the manifest's statistics
     if is_node_task(contents):
         resolve_anomaly_weight(cfg.task, contents, cfg.data.train_split)  # auto needs both classes in the train split
-    if cfg.init_from is not None and not Path(cfg.init_from).is_file():
-        raise UserError(f"init_from: {cfg.init_from} not found (write it with `gtscale export RUN_DIR`)")
+    if cfg.init_from is not None:
+        init_weights(cfg.init_from)
     deepspeed_config(cfg, world_size=1, micro_batch=1)  # deepspeed.extra may not replace what gtscale sets
     return cfg
+
+
+def init_weights(init_from: str) -> Path:
+    """init_from's model.pt (a model.pt, an export folder or a shipped backbone's name); a
+    UserError naming init_from when there is none."""
+    try:
+        path = pretrained.weights_path(init_from)
+    except UserError as err:
+        raise UserError(f"init_from: {err}") from None
+    if not path.is_file():
+        raise UserError(f"init_from: {init_from} holds no {path.name} (write an export with `gtscale export RUN_DIR`)")
+    return path
 
 
 def check_task(task: TaskConfig, num_targets: int, manifest: Path | str = "the shards", task_type: str = GRAPH_TASK) -> None:

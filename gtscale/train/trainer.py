@@ -74,6 +74,7 @@ from gtscale.train.compiled import compile_model, compile_stats
 from gtscale.train.config import TrainConfig
 from gtscale.train.data_source import split_loader, task_manifest
 from gtscale.train.engine_config import check_with_deepspeed, deepspeed_config, lr_scheduler, param_groups
+from gtscale.train.preflight import init_weights
 from gtscale.train.run_log import RunLog
 from gtscale.train.stop_signals import LOADER_FAILURES, StopSignals
 from gtscale.train.task_model import build_task_model, load_backbone, loader_keys
@@ -117,7 +118,7 @@ class Trainer:
         self.task = build_task(cfg, self.manifest)
         model, self.model_cfg = build_task_model(cfg, num_targets, self.manifest)
         if cfg.init_from is not None:
-            load_backbone(model, cfg.init_from)
+            load_backbone(model, str(init_weights(cfg.init_from)))
         keys, path_dist = loader_keys(model.backbone, self.model_cfg, self.task.target_key, feature_targets=model.feature_head is not None)
         loader_cfg = cfg.data.loader
         loader_cfg.keys, loader_cfg.path_edges_max_dist = keys, path_dist
