@@ -22,7 +22,7 @@ def _step_batches(cfg, model, model_cfg, world_size: int, micro: int):
     from gtscale.train.task_model import loader_keys
 
     loader_cfg = cfg.data.loader
-    loader_cfg.keys, loader_cfg.path_edges_max_dist = loader_keys(model.backbone, model_cfg)
+    loader_cfg.keys, loader_cfg.path_edges_max_dist = loader_keys(model.backbone, model_cfg, feature_targets=model.feature_head is not None)
     loader_cfg.num_workers = 0  # same stream: a worker's shards and seeds depend on its logical id only
     out = []
     for rank in range(world_size):
@@ -38,40 +38,70 @@ def _adamw_first_update(model, loss) -> dict[str, np.ndarray]:
     return {name: (-LR * p.grad / (p.grad.abs() + EPS)).numpy() for name, p in model.named_parameters()}
 
 
+@pytest.fixture(scope="module")
+def tpsa_morgan_shards(tmp_path_factory):
+    """The bundled TPSA molecules with their Morgan bits (graph_feat), for task.aux_graph_feat."""
+    from gtscale.cli import main
+
+    out = tmp_path_factory.mktemp("tpsa_morgan")
+    assert main(["shard", "nci-tpsa", "--out", str(out), "--shard-size", "2000", "--no-progress", "--lap-k", "0", "--graph-features", "morgan2048"]) == 0
+    return out
+
+
 def test_update_equals_mean_loss_over_all_graphs_of_the_step(tpsa_shards, tmp_path):
+    check_first_update(tpsa_shards, tmp_path, feature_weight=None)
+
+
+def test_feature_targets_weigh_every_graph_of_the_step_the_same(tpsa_morgan_shards, tmp_path):
+    """The same with task.aux_graph_feat: its loss too is one mean over all graphs of the step."""
+    check_first_update(tpsa_morgan_shards, tmp_path, feature_weight=0.5)
+
+
+def check_first_update(shards, tmp_path, feature_weight: float | None) -> None:
+    """2 ranks × 2 micro-batches take the step a single process computes from the step's mean loss
+    (+ feature_weight × the mean feature loss over all its graphs, when set)."""
+    from gtscale.format.manifest import load_manifest
     from gtscale.train.preflight import load_train_config
     from gtscale.train.export import export
     from gtscale.train.task_model import build_task_model
 
+    task = {} if feature_weight is None else {"aux_graph_feat": {"weight": feature_weight}}
     config = write_config(
-        tmp_path / "c.yaml", tpsa_shards, tmp_path / "run",
+        tmp_path / "c.yaml", shards, tmp_path / "run",
         data={"loader": {"batching": "node_budget", "node_budget": 160, "num_workers": 1}},
         optimizer={"lr": LR, "eps": EPS}, schedule={"total_steps": 1, "warmup_steps": 0, "min_lr": 0.0},
-        deepspeed={"gradient_accumulation_steps": 2, "gradient_clipping": 0.0},
+        deepspeed={"gradient_accumulation_steps": 2, "gradient_clipping": 0.0}, task=task,
     )
     assert run_ranks(2, [str(config)], tmp_path / "log") == [0, 0], logs(tmp_path / "log")
     trained = torch.load(export(tmp_path / "run", "latest", tmp_path / "export") / "model.pt", weights_only=True)
 
     cfg = load_train_config(config, [])
     torch.manual_seed(cfg.seed)  # the trainer's initial weights
-    model, model_cfg = build_task_model(cfg, num_targets=1)
-    initial = {name: p.detach().clone().numpy() for name, p in model.named_parameters()}
+    model, model_cfg = build_task_model(cfg, num_targets=1, manifest=load_manifest(shards))
+    initial = {name: p.detach().clone().numpy() for name, p in model.named_parameters() if name in trained}
     batches = _step_batches(cfg, model, model_cfg, world_size=2, micro=2)
     graphs = [b.num_graphs for b in batches]
     assert len(set(graphs)) > 1, graphs  # node-budget batching: micro-batches of unequal graph counts
 
     model.train()
-    errors = []
+    errors, feature_sums = [], []
     for batch in batches:
-        scores, _ = model(batch)
+        scores, aux = model(batch)
         target = (batch.y - cfg.task.target_shift) / cfg.task.target_scale
         errors.append((scores.float() - target).abs()[batch.y_mask])
-    expected = _adamw_first_update(model, torch.cat(errors).mean())  # one mean over every graph of the step
-    per_micro_mean = _adamw_first_update(model, torch.stack([e.mean() for e in errors]).mean())  # what the loop did before
+        if feature_weight is not None:
+            feature_sums.append(aux["graph_feat"] * batch.num_graphs)  # the micro-batch's mean × its graphs
+    step_loss = torch.cat(errors).mean()  # one mean over every graph of the step
+    per_micro_mean = torch.stack([e.mean() for e in errors]).mean()  # what the loop did before
+    if feature_weight is not None:
+        step_loss = step_loss + feature_weight * torch.stack(feature_sums).sum() / sum(graphs)
+        per_micro_mean = per_micro_mean + feature_weight * torch.stack([f / g for f, g in zip(feature_sums, graphs)]).mean()
+    expected = _adamw_first_update(model, step_loss)
+    per_micro_mean = _adamw_first_update(model, per_micro_mean)
 
     scale = max(np.abs(u).max() for u in expected.values())
-    for name, update in expected.items():
+    for name in initial:
         got = trained[name].numpy() - initial[name]
-        np.testing.assert_allclose(got, update, rtol=1e-5, atol=1e-5 * scale, err_msg=name)
+        np.testing.assert_allclose(got, expected[name], rtol=1e-5, atol=1e-5 * scale, err_msg=name)
     # The test can tell the two weightings apart: the old one is far outside its tolerance.
-    assert max(np.abs(per_micro_mean[n] - expected[n]).max() for n in expected) > 100 * 1e-5 * scale
+    assert max(np.abs(per_micro_mean[n] - expected[n]).max() for n in initial) > 100 * 1e-5 * scale
