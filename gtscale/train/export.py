@@ -12,8 +12,6 @@ import argparse
 import json
 from pathlib import Path
 
-import yaml
-
 from gtscale.config import load_yaml
 from gtscale.errors import UserError
 from gtscale.models.export import claim_export_dir, write_export

@@ -3,8 +3,6 @@ early stop that every rank takes at the same step, kept on resume; the best chec
 
 import json
 
-import pytest
-
 from gtscale.train.eval_schedule import Patience, eval_interval
 
 from launcher import logs, metrics, run_ranks, write_config
