@@ -26,7 +26,9 @@ from gtscale.loader.edge_batch import EdgeBatch
 from gtscale.models import build_head, build_model
 from gtscale.train.compiled import apply_codegen_settings, compile_count, reset_compile_state
 
-pytestmark = pytest.mark.xdist_group("inductor")  # one worker compiles (conftest.py)
+#: Inductor builds C++ kernels for every case (a minute or more each on 2 cores): one worker
+#: compiles (conftest.py), and the fast tier leaves them out.
+pytestmark = [pytest.mark.xdist_group("inductor"), pytest.mark.slow]
 
 VARIANTS = {
     "egt": {**TINY_EGT, "attn_dropout": 0.3, "node_dropout": 0.1},
