@@ -35,7 +35,7 @@ TAGS = ["step-00000002", "step-00000004"]
 class Inputs:
     """The shared, read-only fixtures a case copies from."""
 
-    shards: Path  # a sharded dataset (nci-tpsa, small: the session's tpsa_shards)
+    shards: Path  # a sharded dataset (nci-tpsa, small: the shared tpsa_shards fixture)
     run: Path  # a finished 1-rank ZeRO-2 run with complete checkpoints TAGS
 
 

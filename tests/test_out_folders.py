@@ -1,4 +1,4 @@
-"""Which output folders gtscale may write into (gtscale.io.claim_out_dir, issue 17 item 1): new,
+"""Which output folders gtscale may write into (gtscale.io.claim_out_dir): new,
 empty, or one gtscale wrote (its marker: graph.json, plan.json / manifest.json with gtscale's
 fingerprint, export.json); never the input or a folder inside it; a refusal is one line, exit 2,
 and leaves every file where it was."""

@@ -1,22 +1,32 @@
-"""`launch/gpu-check`: does the trainer hold up on a machine with GPUs? Three checks, one script:
+"""`launch/gpu-check --budget SECONDS --out DIR`: a GPU node's health and speed within a time budget.
 
-1. train: the nci-tpsa task for 50 steps on every GPU (torchrun, one process per GPU), NCCL,
-   DeepSpeed ZeRO-2 in bf16 (the `zero2` preset); the run's backend is read back from its config.yaml;
-2. resume: the same run killed (SIGKILL to the whole launcher group) after its step-20 checkpoint,
+Steps, in this order; each gets at most its share of the budget and what is left of it, a step
+that would start with less than a minute left is skipped and reported, and a failed step does not
+stop the ones after it:
+
+1. shard: the bundled nci-tpsa molecules (`--shards` reuses a shard folder);
+2. train: nci-tpsa for 50 steps on every GPU (torchrun, one process per GPU), NCCL, DeepSpeed
+   ZeRO-2 in bf16 (the `zero2` preset); the run's backend is read back from its config.yaml;
+3. resume: the same run killed (every process under the launcher) after its step-20 checkpoint,
    resumed with `--resume auto`, and its losses of steps 21-50 compared with the uninterrupted run's;
    steps 1-20 of the two runs (both from scratch) give the run-to-run spread of the kernels to judge by;
-3. bench: `gtscale bench model` in bf16 for egt-small, egt-medium and graphormer-base: graphs/s,
-   peak CUDA memory and MFU (model FLOPs per second over the GPU's dense bf16 peak).
+4. bench: `gtscale bench model` in bf16 for each `--bench-models` model and `--batch` size (default
+   egt-small, egt-medium and graphormer-base at 256 molecules per GPU): eager, compiled and compiled
+   with CUDA graphs (mode reduce-overhead) rows with graphs/s, peak memory and MFU (model FLOPs per
+   second over the GPU's dense bf16 peak); the first batch size with `--profile`, one more step of
+   each row under torch.profiler (its costliest CUDA kernels).
 
-`--compile` runs the same checks with the model compiled: the training runs with compile.enabled
-and one shape per size bucket (data.loader.pad_to_bucket) in three wide buckets, so that a short run
-compiles six times (three shapes, training and evaluation mode), not once per batch; the inductor
-cache is in --out, and the resumed runs read it back. The benchmarks get eager and compiled rows.
+`--compile` trains with the model compiled (compile.enabled, one batch shape per size bucket in
+three wide buckets: a short run compiles six times, not once per batch); the inductor cache is in
+DIR, and the resumed run reads it back.
 
 Every step goes through the command line a user types (`gtscale shard`, `torchrun … gtscale.cli
-train`, `gtscale bench model`), so the script breaks when the CLI drifts. `--cpu` runs the same flow
-on 2 CPU processes over gloo with a few steps and a tiny benchmark: what the test suite runs.
-Sized for one H200 in under 8 minutes; prints a summary and exits 1 when a check fails.
+train`, `gtscale bench model`), so the check breaks when the CLI drifts. DIR (new or empty) gets
+summary.md (every step, the training report, the throughput table), bench.json (every figure),
+profile.md (the kernel tables) and a log per step, beside the shards, runs and inductor cache.
+`--cpu` runs the same flow on 2 CPU processes over gloo with a few steps and a tiny eager
+benchmark: what the test suite runs. Exit status 0 when every step passed, 1 otherwise, 2 for bad
+arguments or no CUDA device.
 """
 
 from __future__ import annotations
@@ -31,23 +41,32 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from gtscale.bench.gpu_report import StepRecord, write_report
 from gtscale.config import CONFIG_ROOT
+from gtscale.errors import EXIT_USER_ERROR, UserError
 
 #: The models of the benchmark step.
 BENCH_MODELS = ("egt-small", "egt-medium", "graphormer-base")
+
+#: A step that would start with less than this many seconds of the budget left is skipped.
+MIN_STEP_S = 60
+
+#: Each step's largest share of the whole budget (the benchmarks share what the others left).
+SHARE = {"shard": 0.2, "train": 0.25, "resume": 0.25}
 
 
 @dataclass
 class Plan:
     """What one gpu-check run does: step counts, where it kills, what it benchmarks."""
 
+    device: str
     processes: int
     steps: int
     checkpoint_every: int
     kill_after: int  # SIGKILL once this step is logged (and the checkpoint before it is complete)
     rtol: float  # resumed vs uninterrupted losses
-    bench_models: tuple[str, ...]
     bench_args: tuple[str, ...]
+    batches: tuple[int, ...]
     env: dict[str, str]
     train_overrides: tuple[str, ...] = ()  # config overrides of every training launch
 
@@ -63,29 +82,49 @@ def compile_overrides(cache_dir: Path) -> tuple[str, ...]:
             f"data.loader.bucket_boundaries={CHECK_BUCKETS}")
 
 
-def plan(cpu: bool, models: tuple[str, ...], compile: bool = False, out: Path = Path("runs")) -> Plan:
-    p = _plan(cpu, models)
+def plan(cpu: bool, compile: bool = False, out: Path = Path("runs"), batches: tuple[int, ...] = ()) -> Plan:
+    """The run's plan: `--cpu`'s small flow, else every visible GPU; `batches` replaces the default
+    benchmark batch sizes."""
+    cache = ("--compile-cache", str(out / "inductor"))
+    if cpu:
+        # Everything on the CPU (even on a GPU machine): gloo, deterministic kernels, exact resume; a
+        # compiled CPU benchmark row takes minutes, so it runs only with --compile.
+        p = Plan("cpu", 2, 6, 3, 4, 1e-6, ("--device", "cpu", "--steps", "1", "--warmup", "0", "--threads", "1", *cache), batches or (2,),
+                 {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"})
+        if compile:
+            p.bench_args += ("--compile",)
+    else:
+        import torch
+
+        gpus = torch.cuda.device_count()
+        if gpus == 0:
+            raise UserError("no CUDA device visible (--cpu runs the same flow on the CPU)")
+        # bf16 kernels with atomics (index_add, scatter) are not bitwise reproducible: judge the resumed
+        # losses against a tolerance, with the run-to-run spread of steps 1..checkpoint printed beside it.
+        # Batch 256 molecules per GPU: the per-GPU batch of EGT's PCQM4Mv2 recipe (2,048 over 8 GPUs); a
+        # batch of 32 small molecules measures kernel-launch overhead, not the model. 20 timed steps
+        # after 5 of warm-up: a compiled row's first step compiles, the next ones settle.
+        p = Plan(f"{gpus}× {torch.cuda.get_device_name(0)}", gpus, 50, 20, 25, 1e-2,
+                 ("--device", "cuda", "--steps", "20", "--warmup", "5", "--compile", "--cuda-graphs", *cache), batches or (256,), {})
     if compile:
-        p.bench_args += ("--compile",)
         p.train_overrides = compile_overrides(out / "inductor")
     return p
 
 
-def _plan(cpu: bool, models: tuple[str, ...]) -> Plan:
-    if cpu:
-        # Everything on the CPU (even on a GPU machine): gloo, deterministic kernels, exact resume.
-        return Plan(2, 6, 3, 4, 1e-6, models, ("--device", "cpu", "--batch-size", "2", "--steps", "1", "--warmup", "0", "--threads", "1"),
-                    {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"})
-    import torch
+class Budget:
+    """The run's time budget: a step gets its cap and no more than what is left."""
 
-    gpus = torch.cuda.device_count()
-    if gpus == 0:
-        raise SystemExit("gpu-check: no CUDA device visible (use --cpu to exercise the flow on the CPU)")
-    # bf16 kernels with atomics (index_add, scatter) are not bitwise reproducible: judge the resumed
-    # losses against a tolerance, with the run-to-run spread of steps 1..checkpoint printed beside it.
-    # Batch 256 molecules per GPU: the per-GPU batch of EGT's PCQM4Mv2 recipe (2,048 over 8 GPUs); a
-    # batch of 32 small molecules measures kernel-launch overhead, not the model.
-    return Plan(gpus, 50, 20, 25, 1e-2, models, ("--device", "cuda", "--batch-size", "256", "--steps", "20", "--warmup", "5"), {})
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.deadline = time.monotonic() + seconds
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def cap(self, seconds: float) -> float | None:
+        """Seconds a step may run, or None when too little is left to start one."""
+        left = self.left()
+        return None if left < MIN_STEP_S else min(seconds, left)
 
 
 # --- the loss comparison -------------------------------------------------------------------------
@@ -148,8 +187,8 @@ def train_command(p: Plan, config: str, shards: Path, run_dir: Path, resume: boo
 
 
 def process_tree(pid: int) -> list[int]:
-    """`pid` and every process below it, parents first (Linux /proc). torchrun starts each rank in a
-    session of its own: a kill of the launcher, or of its process group, leaves the ranks running."""
+    """`pid` and every process below it, parents first (Linux /proc). torchrun starts each rank with
+    setsid: a kill of the launcher, or of its process group, leaves the ranks running."""
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -216,81 +255,173 @@ def backend_of(run_dir: Path) -> str:
     return str(yaml.safe_load((run_dir / "config.yaml").read_text()).get("backend", "?"))
 
 
-# --- the script ----------------------------------------------------------------------------------
+# --- the steps ----------------------------------------------------------------------------------
+
+class Check:
+    """One gpu-check run: its plan, budget and folder, and what its steps recorded."""
+
+    def __init__(self, p: Plan, budget: Budget, out: Path, config: str):
+        self.p, self.budget, self.out, self.config = p, budget, out, config
+        self.env = _env(p.env)
+        self.steps: list[StepRecord] = []
+        self.lines: list[str] = []  # the training report, printed as it comes and kept for summary.md
+
+    def say(self, line: str) -> None:
+        print(line, flush=True)
+        self.lines.append(line)
+
+    def record(self, name: str, status: str, began: float) -> bool:
+        self.steps.append(StepRecord(name, status, time.monotonic() - began))
+        print(f"[gpu-check] {name}: {status}", flush=True)
+        return status == "ok"
+
+    def start(self, name: str, seconds: float) -> float | None:
+        """The seconds step `name` may run (`seconds`, at most what is left), or None after recording
+        it as skipped."""
+        cap = self.budget.cap(seconds)
+        if cap is None:
+            self.record(name, f"skipped: {max(self.budget.left(), 0):.0f} s of the budget left", time.monotonic())
+        else:
+            print(f"[gpu-check] {name} (at most {cap:.0f} s)", flush=True)
+        return cap
+
+    @staticmethod
+    def status(code: int, cap: float) -> str:
+        return {0: "ok", 124: f"timed out after {cap:.0f} s"}.get(code, f"failed (exit {code})")
+
+    def shard(self) -> Path | None:
+        shards = self.out / "shards"
+        cap = self.start("shard", SHARE["shard"] * self.budget.seconds)
+        if cap is None:
+            return None
+        began = time.monotonic()
+        cmd = [sys.executable, "-m", "gtscale.cli", "shard", "nci-tpsa", "--out", str(shards), "--workers", str(os.cpu_count() or 1),
+               "--no-progress"]
+        return shards if self.record("shard", self.status(run_logged(cmd, self.out / "shard.log", self.env, cap), cap), began) else None
+
+    def train(self, shards: Path) -> dict[int, float] | None:
+        """The uninterrupted run; its losses by step, or None when it failed."""
+        p, ref = self.p, self.out / "reference"
+        cap = self.start("train", SHARE["train"] * self.budget.seconds)
+        if cap is None:
+            return None
+        began = time.monotonic()
+        self.say(f"train {self.config}: {p.steps} steps on {p.processes} process(es), ZeRO-2 bf16{', compiled' if p.train_overrides else ''}")
+        code = run_logged(train_command(p, self.config, shards, ref, resume=False), self.out / "reference.log", self.env, cap)
+        losses = train_losses(ref)
+        if code != 0 or max(losses, default=0) != p.steps:
+            self.say(f"      FAILED: exit {code}, {max(losses, default=0)} steps logged; see {self.out / 'reference.log'}")
+            self.record("train", self.status(code, cap) if code else f"failed: {max(losses, default=0)} of {p.steps} steps", began)
+            return None
+        self.say(f"      backend {backend_of(ref)}; loss step 1 {losses[1]:.4f} → step {p.steps} {losses[p.steps]:.4f}{compile_note(ref)}")
+        self.record("train", "ok", began)
+        return losses
+
+    def resume(self, shards: Path, reference: dict[int, float]) -> None:
+        p, cut = self.p, self.out / "resumed"
+        cap = self.start("resume", SHARE["resume"] * self.budget.seconds)
+        if cap is None:
+            return
+        began = time.monotonic()
+        self.say(f"kill after step {p.kill_after} (checkpoint at {p.checkpoint_every}), resume, compare")
+        log = self.out / "resumed.log"
+        try:
+            killed_at = run_and_kill(train_command(p, self.config, shards, cut, resume=True), log, self.env, cut, p.checkpoint_every,
+                                     p.kill_after, cap)
+        except RuntimeError as err:
+            self.say(f"      FAILED: {err}")
+            self.record("resume", f"failed: {err}", began)
+            return
+        left = max(cap - (time.monotonic() - began), 1)
+        code = run_logged(train_command(p, self.config, shards, cut, resume=True), log, self.env, left)
+        resumed = train_losses(cut)
+        spread, _ = max_relative_difference(resumed, reference, range(1, p.checkpoint_every + 1))
+        diff, step = max_relative_difference(resumed, reference, range(p.checkpoint_every + 1, p.steps + 1))
+        ok = code == 0 and diff <= p.rtol
+        self.say(f"      killed at step {killed_at}; resumed exit {code}; steps {p.checkpoint_every + 1}-{p.steps}: max relative loss "
+                 f"difference {diff:.2e} (step {step}; tolerance {p.rtol:.0e}); run-to-run spread of steps 1-{p.checkpoint_every}: "
+                 f"{spread:.2e}{compile_note(cut)} — {'ok' if ok else 'FAILED'}")
+        if code != 0:
+            self.record("resume", self.status(code, left), began)
+        else:
+            self.record("resume", "ok" if ok else f"failed: losses differ by {diff:.2e} at step {step}", began)
+
+    def bench(self, models: list[str]) -> tuple[list[Path], list[Path]]:
+        """Every model at every batch size; the JSON and profile files written."""
+        jobs = [(model, batch) for batch in self.p.batches for model in models]
+        jsons, profile_files = [], []
+        for i, (model, batch) in enumerate(jobs):
+            name, tag = f"bench {model} {batch}", f"{Path(model).stem}-{batch}"
+            cap = self.start(name, self.budget.left() / (len(jobs) - i))
+            if cap is None:
+                continue
+            began = time.monotonic()
+            cmd = [sys.executable, "-m", "gtscale.cli", "bench", "model", "--model", model, "--batch-size", str(batch), "--precision", "bf16",
+                   *self.p.bench_args, "--json", str(self.out / f"bench-{tag}.json")]
+            if batch == self.p.batches[0]:
+                cmd += ["--profile", str(self.out / f"profile-{tag}.md")]
+                profile_files.append(self.out / f"profile-{tag}.md")
+            code = run_logged(cmd, self.out / f"bench-{tag}.log", self.env, cap)
+            self.record(name, self.status(code, cap), began)
+            jsons.append(self.out / f"bench-{tag}.json")
+        return jsons, profile_files
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", type=Path, default=Path("runs") / time.strftime("gpu-check-%Y%m%d-%H%M%S"), help="work folder (shards, runs, logs)")
+    parser.add_argument("--out", type=Path, required=True, help="a new or empty folder: the report, logs, shards and runs")
+    parser.add_argument("--budget", type=float, default=600, help="seconds for the whole check (default 600)")
     parser.add_argument("--shards", type=Path, default=None, help="nci-tpsa shards to reuse (default: shard them into --out)")
     parser.add_argument("--config", default=str(CONFIG_ROOT / "tasks" / "nci-tpsa.yaml"), help="the training task (default: nci-tpsa)")
     parser.add_argument("--bench-models", nargs="*", default=list(BENCH_MODELS), help="models for `gtscale bench model` (none: skip)")
+    parser.add_argument("--batch", type=int, action="append", default=None,
+                        help="molecules per GPU of each benchmark (repeatable; default 256; the first is profiled)")
+    parser.add_argument("--compile", action="store_true", help="train with the model compiled (compile.enabled, pad_to_bucket)")
     parser.add_argument("--cpu", action="store_true", help="the same flow on 2 CPU processes (gloo), few steps: for tests")
-    parser.add_argument("--timeout", type=float, default=240, help="seconds allowed per training launch")
-    parser.add_argument("--compile", action="store_true", help="train with compile.enabled (and pad_to_bucket); bench eager and compiled")
+
+
+def claim_empty(out: Path) -> Path:
+    """--out must be new or empty: its runs would otherwise resume earlier ones."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"{out}: --out must be a new or empty folder")
+    return out.resolve()
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="launch/gpu-check", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="launch/gpu-check", description=__doc__.split("\n")[0],
+                                     epilog="Details: gtscale/bench/gpu_check.py and docs/speed.md.")
     add_arguments(parser)
     args = parser.parse_args(argv)
-    # Stopped from outside (launch/gpu-speed's `timeout`): unwind, so that every launch under way is
-    # ended with its ranks (run_logged, run_and_kill) instead of left running on the GPUs.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    out = args.out.resolve()
-    p = plan(args.cpu, tuple(args.bench_models), args.compile, out)
-    env = _env(p.env)
-    out.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    failures = []
-
-    shards = args.shards
-    if shards is None:
-        shards = out / "shards"
-        cmd = [sys.executable, "-m", "gtscale.cli", "shard", "nci-tpsa", "--out", str(shards), "--workers", str(os.cpu_count() or 1), "--no-progress"]
-        if run_logged(cmd, out / "shard.log", env, 600) != 0:
-            print(f"gpu-check: sharding failed; see {out / 'shard.log'}")
-            return 1
-
-    ref, cut = out / "reference", out / "resumed"
-    print(f"[1/3] train {args.config}: {p.steps} steps on {p.processes} process(es), ZeRO-2 bf16{', compiled' if args.compile else ''}", flush=True)
-    code = run_logged(train_command(p, args.config, shards, ref, resume=False), out / "reference.log", env, args.timeout)
-    reference = train_losses(ref)
-    if code != 0 or max(reference, default=0) != p.steps:
-        print(f"      FAILED: exit {code}{' (past --timeout)' if code == 124 else ''}, {max(reference, default=0)} steps logged; see {out / 'reference.log'}")
-        return 1
-    print(f"      backend {backend_of(ref)}; loss step 1 {reference[1]:.4f} → step {p.steps} {reference[p.steps]:.4f}{compile_note(ref)}")
-
-    print(f"[2/3] kill after step {p.kill_after} (checkpoint at {p.checkpoint_every}), resume, compare", flush=True)
     try:
-        killed_at = run_and_kill(train_command(p, args.config, shards, cut, resume=True), out / "resumed.log", env, cut, p.checkpoint_every, p.kill_after, args.timeout)
-    except RuntimeError as err:
-        print(f"      FAILED: {err}")
-        return 1
-    code = run_logged(train_command(p, args.config, shards, cut, resume=True), out / "resumed.log", env, args.timeout)
-    resumed = train_losses(cut)
-    spread, _ = max_relative_difference(resumed, reference, range(1, p.checkpoint_every + 1))
-    diff, step = max_relative_difference(resumed, reference, range(p.checkpoint_every + 1, p.steps + 1))
-    ok = code == 0 and diff <= p.rtol
-    print(f"      killed at step {killed_at}; resumed exit {code}; steps {p.checkpoint_every + 1}-{p.steps}: max relative loss "
-          f"difference {diff:.2e} (step {step}; tolerance {p.rtol:.0e}); run-to-run spread of steps 1-{p.checkpoint_every}: {spread:.2e}"
-          f"{compile_note(cut)} — {'ok' if ok else 'FAILED'}")
-    if not ok:
-        failures.append("resume")
+        if args.budget <= 0 or any(b < 1 for b in args.batch or ()):
+            raise UserError("--budget and --batch must be positive")
+        out = claim_empty(args.out)
+        p = plan(args.cpu, args.compile, out, tuple(args.batch or ()))
+    except UserError as err:
+        print(f"gpu-check: {err}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    # Stopped from outside (`timeout`, a scheduler): unwind, so that every launch under way is ended
+    # with its ranks (run_logged, run_and_kill) instead of left running on the GPUs.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    out.mkdir(parents=True, exist_ok=True)
+    check = Check(p, Budget(args.budget), out, args.config)
 
-    print(f"[3/3] gtscale bench model --precision bf16: {', '.join(p.bench_models) or 'skipped'}", flush=True)
-    for model in p.bench_models:
-        cmd = [sys.executable, "-m", "gtscale.cli", "bench", "model", "--model", model, "--precision", "bf16", *p.bench_args,
-               "--json", str(out / f"bench-{model}.json")]
-        result = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        if result.returncode != 0:
-            print(f"      {model}: FAILED\n{result.stdout}{result.stderr}")
-            failures.append(f"bench {model}")
-            continue
-        for row in json.loads((out / f"bench-{model}.json").read_text())["results"]:
-            mfu = f"{100 * row['mfu']:.1f}%" if row["mfu"] is not None else "- (no peak known for this device)"
-            print(f"      {model:<16} {row['implementation']:<9}{row['graphs_per_s']:>9.1f} graphs/s  peak {row['peak_mem_mb']:>8.0f} MiB  "
-                  f"{row['achieved_tflops']:>7.2f} TFLOP/s  MFU {mfu}")
-    print(f"gpu-check: {'FAILED: ' + ', '.join(failures) if failures else 'all checks passed'} in {time.monotonic() - started:.0f} s; outputs in {out}")
-    return 1 if failures else 0
+    shards = args.shards.resolve() if args.shards else check.shard()
+    reference = None
+    if shards:
+        reference = check.train(shards)
+    else:
+        check.record("train", "skipped: no shards", time.monotonic())
+    if reference:
+        check.resume(shards, reference)
+    else:
+        check.record("resume", "skipped: no uninterrupted run to compare with", time.monotonic())
+    jsons, profile_files = check.bench(args.bench_models)
+
+    print(write_report(out, p.device, args.budget, check.steps, check.lines, jsons, profile_files))
+    failed = [s.name for s in check.steps if not s.ok]
+    print(f"gpu-check: {'FAILED: ' + ', '.join(failed) if failed else 'all checks passed'} in {sum(s.seconds for s in check.steps):.0f} s; "
+          f"report {out / 'summary.md'}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """`gtscale bench graph`: the huge-graph path on a generated graph (default: T-Social's size).
 
-Figures, in one run, against the issue's targets (2 cores, 24 GiB):
+Figures, in one run, against targets for a 2-core, 24 GiB machine:
   CSR build          `gtscale graph build plain` in a child process: wall time and peak RSS
                      (≤ 3 min, ≤ 6 GiB at 5.78 M nodes / 73.1 M edges)
   store open         GraphStore.open (memory maps, no copy; < 1 s)

@@ -71,6 +71,9 @@ PEAK_FLOPS = {
 #: Kernels (operators on the CPU) per row of --profile's table.
 PROFILE_ROWS = 15
 
+#: Inductor's cache for --compile: training's compile.cache_dir.
+DEFAULT_COMPILE_CACHE = CompileConfig().cache_dir
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="egt-small", help="config name in configs/models/ or a YAML path")
@@ -97,10 +100,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cuda-graphs", action="store_true",
                         help="also time it compiled with CUDA graphs (mode reduce-overhead: the step replays captured kernels); CUDA only")
     parser.add_argument("--profile", type=Path, default=None, metavar="FILE.md",
-                        help=f"profile one more step per row (torch.profiler) and write its costliest kernels here (--profile-rows)")
+                        help="profile one more step per row (torch.profiler) and write its costliest kernels here (--profile-rows)")
     parser.add_argument("--profile-rows", type=int, default=PROFILE_ROWS, metavar="N",
                         help=f"kernels (CPU: operators) per row of --profile's table (default {PROFILE_ROWS})")
-    parser.add_argument("--compile-cache", type=Path, default=Path(CompileConfig().cache_dir), metavar="DIR",
+    parser.add_argument("--compile-cache", type=Path, default=Path(DEFAULT_COMPILE_CACHE), metavar="DIR",
                         help="inductor's cache for --compile (default: training's compile.cache_dir; it must be private to you)")
 
 
@@ -215,7 +218,7 @@ def _peak_flops(device: torch.device, precision: str, override: float | None) ->
 
 def measure(cfg: dict, batch: Batch | EdgeBatch, precision: str, steps: int, warmup: int, threads: int,
             device_name: str, seed: int, peak_tflops: float | None, implementation: str = "model", profile_rows: int = 0,
-            compile_cache: str | Path = CompileConfig().cache_dir) -> dict:
+            compile_cache: str | Path = DEFAULT_COMPILE_CACHE) -> dict:
     """Train `steps` timed steps on `batch`; the figures of one precision and implementation
     ("model"; "compiled": the same under torch.compile, fullgraph; "cudagraph": compiled with mode
     reduce-overhead, whose steps replay CUDA graphs; or "plain": bench/reference.py's obvious version
@@ -478,7 +481,8 @@ def run(args: argparse.Namespace) -> int:
             "atoms_mean": atoms.float().mean().item(),
             "atoms_max": int(atoms.max()),
         }
-    implementations = ["model"] + (["compiled"] if args.compile else []) + (["cudagraph"] if args.cuda_graphs else []) + (["plain"] if _has_plain(cfg) and not args.no_reference else [])
+    implementations = (["model"] + (["compiled"] if args.compile else []) + (["cudagraph"] if args.cuda_graphs else [])
+                       + (["plain"] if _has_plain(cfg) and not args.no_reference else []))
     context = multiprocessing.get_context("spawn")
     results = []
     for precision in args.precision:

@@ -85,7 +85,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split-seed", type=int, default=0, help="seed of the validation split carved from each set's train split (default 0)")
     parser.add_argument("--config", action="append", default=[], metavar="ARM=YAML", help="replace an arm's training config")
     parser.add_argument("--override", action="append", default=[], metavar="ARM:key=value", help="an override for one arm only")
-    parser.add_argument("--init-from", default=None, help="the pretrained export the fine-tuned arms start from and the kernel arm reads (default: the finetune config's init_from)")
+    parser.add_argument("--init-from", default=None,
+                        help="the pretrained export the fine-tuned arms start from and the kernel arm reads (default: the finetune config's init_from)")
     parser.add_argument("--graph-features", default=None, help="the features arm's `gtscale shard --graph-features` value (default morgan2048,rdkit2d)")
     parser.add_argument("--ensemble-of", default=None, choices=list(ARMS), help="the arm whose seeds the ensemble averages (default: the last trained arm)")
     parser.add_argument("--shard-args", default="", help="extra `gtscale shard` options for every set, one string (e.g. \"--lap-k 0\")")
@@ -292,7 +293,8 @@ def markdown(table: dict) -> str:
         lines.append(f"| {name} | " + " | ".join(fmt(cells.get(c)) for c in columns) + " |")
     mean = table["mean"]
     counts = sorted({m["sets"] for m in mean.values()})
-    lines.append(f"| **mean over {'/'.join(map(str, counts))} sets** | " + " | ".join(fmt({k: v for k, v in mean[c].items() if k in METRICS}) if c in mean else "–" for c in columns) + " |")
+    cells = (fmt({k: v for k, v in mean[c].items() if k in METRICS}) if c in mean else "–" for c in columns)
+    lines.append(f"| **mean over {'/'.join(map(str, counts))} sets** | " + " | ".join(cells) + " |")
     if ECFP in mean and "rmse" in mean[ECFP]:
         base = mean[ECFP]["rmse"]
         lines.append("| mean RMSE ÷ ECFP4 + SVR's | " + " | ".join(f"{mean[c]['rmse'] / base:.3f}" if c in mean and "rmse" in mean[c] else "–" for c in columns) + " |")

@@ -28,7 +28,7 @@ A record is one graph. In a shard each key is a tar member ``<sample key>.<recor
 | target_y     | float32 [T]                 | label of target_nodes[t] (node tasks), NaN unknown     |
 | graph_feat   | float16 [G]                 | molecule-level input features (prep/graph_features.py) |
 
-Schema version 2 added the last four keys (sampled subgraphs of huge graphs, issue 10); version-1
+Schema version 2 added the last four keys (sampled subgraphs of huge graphs); version-1
 shards hold none of them and stay readable (READABLE_SCHEMA_VERSIONS). In an ego-subgraph record
 meta.idx is the target's global node id and the record has x_float in place of x and no edge_attr.
 

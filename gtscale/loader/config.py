@@ -41,7 +41,8 @@ class LoaderConfig:
     start_method: Literal["fork", "spawn", "forkserver"] | None = "forkserver"
     on_error: Literal["raise", "skip"] = "raise"  # corrupt shard or sample: stop naming it, or skip it (counted, logged)
     verify_checksums: bool = True  # compare every shard's size and sha256 with the manifest before reading it
-    keys: list[str] = field(default_factory=lambda: [schema.SPD, schema.IN_DEGREE, schema.OUT_DEGREE, schema.SVD_PE, schema.Y])  # optional Batch fields the model needs (collate.BATCH_KEYS)
+    # optional Batch fields the model needs (collate.BATCH_KEYS)
+    keys: list[str] = field(default_factory=lambda: [schema.SPD, schema.IN_DEGREE, schema.OUT_DEGREE, schema.SVD_PE, schema.Y])
     path_edges_max_dist: int = 0  # Graphormer's multi_hop_max_dist D for Batch.path_edges; 0 = not built
     sign_flip: bool = True  # training: random sign flips of svd_pe and lap_pe
 

@@ -148,10 +148,10 @@ def path_edge_ids_fw(spd: np.ndarray, mid: np.ndarray, edge_ids: np.ndarray, max
         ready = done[left] & done[right]
         if not ready.any():
             raise PathError(int(pairs[0]) // (n * n), "fw_mid has a cycle among pairs stored at SPD_MAX hops")
-        p, l, r = pairs[ready], left[ready], right[ready]
-        split = np.minimum(hops[l], max_dist)[:, None]  # the first half fills positions < split
-        second = np.take_along_axis(out[r], np.clip(columns - split, 0, max_dist - 1), axis=1)
-        out[p] = np.where(columns < split, out[l], second)
+        p, first, last = pairs[ready], left[ready], right[ready]
+        split = np.minimum(hops[first], max_dist)[:, None]  # the first half fills positions < split
+        second = np.take_along_axis(out[last], np.clip(columns - split, 0, max_dist - 1), axis=1)
+        out[p] = np.where(columns < split, out[first], second)
         done[p] = True
         pairs, left, right = pairs[~ready], left[~ready], right[~ready]
     return out.reshape(b, n, n, max_dist)

@@ -210,12 +210,14 @@ def estimate_graphs_per_batch(shards: list[ShardEntry], config: LoaderConfig) ->
     sizes: list[int] = []
     for entry in shards:
         try:
-            for key, members in iter_samples(read_shard(entry, config.verify_checksums), entry.name):
+            for _key, members in iter_samples(read_shard(entry, config.verify_checksums), entry.name):
                 features = "x.npy" if "x.npy" in members else "x_float.npy"  # categorical or continuous node features
                 sizes.append(decode_array(members[features], features).shape[0])
         except (ShardError, KeyError, ValueError) as err:
             if config.on_error == "raise":
-                raise err if isinstance(err, ShardError) else ShardError(entry.name, None, f"cannot read node counts ({err})")
+                if isinstance(err, ShardError):
+                    raise
+                raise ShardError(entry.name, None, f"cannot read node counts ({err})") from err
             continue
         if len(sizes) >= _ESTIMATE_SAMPLES:
             break

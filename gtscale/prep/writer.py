@@ -205,7 +205,8 @@ def plan_fields(table: MoleculeTable, tasks: list[MoleculeTask], options: ShardO
     return {
         "dataset": table.name,
         "sources": [{"path": str(p), "sha256": checksums[str(p)], "bytes": p.stat().st_size} for p in table.source_files],
-        "transform": {**asdict(options.structure), "graph_features": list(options.graph_features.generators) if options.graph_features else [], "max_nodes": options.max_nodes, "shard_size": options.shard_size, "drop_duplicates": options.drop_duplicates},
+        "transform": {**asdict(options.structure), "graph_features": list(options.graph_features.generators) if options.graph_features else [],
+                      "max_nodes": options.max_nodes, "shard_size": options.shard_size, "drop_duplicates": options.drop_duplicates},
         "task": {"type": table.task_type, "num_targets": len(table.target_names), "target_names": table.target_names}
         | ({TARGET_STATS: split_target_stats(planned_targets(tasks, table))} if table.task_type == "graph_regression" else {}),
         "features": {"node": list(schema.ATOM_FEATURE_DIMS), "edge": list(schema.BOND_FEATURE_DIMS)}

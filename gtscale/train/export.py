@@ -12,8 +12,6 @@ import argparse
 import json
 from pathlib import Path
 
-import yaml
-
 from gtscale.config import load_yaml
 from gtscale.errors import UserError
 from gtscale.models.export import claim_export_dir, write_export
@@ -94,7 +92,8 @@ def prediction_record(config: dict) -> dict:
 def config_head(config: dict, shard_targets: int | None = None) -> dict:
     """The head the run trained, as the trainer builds it: the model YAML's head with the task's
     overrides and one output per target. The target count is the one config.yaml records; a run
-    recorded before it was (stop 24) takes its shards' count, else the YAML's num_outputs."""
+    whose config.yaml lacks it (written by an older gtscale) takes its shards' count, else the
+    YAML's num_outputs."""
     head = {**config["model_resolved"].get("head", {"kind": "graph"}), **config["task"]["head"]}
     targets = config.get("num_targets", shard_targets)
     return head | ({"num_outputs": int(targets)} if targets is not None else {})

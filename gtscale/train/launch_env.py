@@ -65,4 +65,5 @@ def rendezvous_env(environ: Mapping[str, str], first_node: Callable[[str], str] 
         where = f"{add.get('MASTER_ADDR', environ.get('MASTER_ADDR'))}:{add.get('MASTER_PORT', environ.get('MASTER_PORT'))}"
         return add, f"srun step {step}: rank {add['RANK']} of {add['WORLD_SIZE']} (local rank {add['LOCAL_RANK']}) from SLURM's task variables, rendezvous at {where}"
     add = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
-    return add, "no launcher (RANK, WORLD_SIZE and SLURM_PROCID unset): training as a single process; for several, start with torchrun --nproc_per_node N (or launch/train N), srun or the deepspeed launcher"
+    return add, ("no launcher (RANK, WORLD_SIZE and SLURM_PROCID unset): training as a single process; for several, start with "
+                 "torchrun --nproc_per_node N (or launch/train N), srun or the deepspeed launcher")

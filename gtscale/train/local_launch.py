@@ -70,7 +70,7 @@ def completed_since(ckpt_dir: Path, start: float) -> str | None:
 
 
 def _rank_pids() -> list[int]:
-    """This process's children: the ranks torchrun started (each its own session)."""
+    """This process's children: the ranks torchrun started (each with setsid, out of reach of our process group)."""
     me = str(os.getpid())
     pids = []
     for stat in Path("/proc").glob("[0-9]*/stat"):

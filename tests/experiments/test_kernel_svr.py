@@ -75,6 +75,7 @@ def test_cross_validation_takes_the_representation_when_it_carries_the_target(mo
     assert rmse(fit_kernel_svr(bits, noise, y).predict(bits["test"], noise["test"])) <= 1.2 * rmse(plain.predict(bits["test"]))
 
 
+@pytest.mark.slow
 def test_the_table_scores_the_kernel_arm_of_a_pretrained_export(tmp_path, capsys):
     out = tmp_path / "ace"
     common = ["moleculeace-table", "--out", str(out), "--sets", SET, "--shard-args", "--lap-k 0 --svd-rank 0"]

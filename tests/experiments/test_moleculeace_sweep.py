@@ -42,6 +42,7 @@ def tiny_config(path: Path, shards: Path, run_dir: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_sweep_scores_each_seed_best_checkpoint_on_test_and_compares_with_ecfp(ace_shards, tmp_path, capsys):
     config = tiny_config(tmp_path / "c.yaml", ace_shards, tmp_path / "egt")
     assert main(["sweep", str(config), "--seeds", "0", "1", "schedule.total_steps=3", "eval.every=1", "--label", "egt"]) == 0

@@ -36,6 +36,7 @@ def tiny_config(path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_table_of_ecfp_and_a_trained_arm_with_its_ensemble_and_blend(tmp_path, capsys):
     out = tmp_path / "ace"
     argv = ["moleculeace-table", "--out", str(out), "--sets", SET, "--arms", "ecfp", "scratch", "ensemble", "blend", "--seeds", "0", "1",

@@ -1,4 +1,4 @@
-"""A manifest may list only shards inside its folder (issue 17 item 10): a checksum proves a file's
+"""A manifest may list only shards inside its folder: a checksum proves a file's
 bytes, not where it lies, so `../x.tar` or an absolute path is refused even when the checksum matches."""
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ def randomised(model_cfg: dict, seed: int = 0) -> torch.nn.Module:
     torch.manual_seed(seed)
     module = build_exported(model_cfg)
     with torch.no_grad():
-        for name, param in module.named_parameters():
+        for param in module.parameters():
             param.copy_(torch.randn_like(param) * 0.5)
         for sub in module.modules():
             if isinstance(sub, torch.nn.Embedding) and sub.padding_idx is not None:

@@ -97,6 +97,7 @@ def names_of(section: str) -> list[str]:
     return [line.split("|")[2].strip(" `") for line in section.splitlines() if line.startswith("| ") and not line.startswith("| #")]
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("inductor")  # one worker compiles (conftest.py)
 def test_bench_model_profiles_one_step_per_row(tmp_path, capsys):
     model_path, profile = tmp_path / "tiny.yaml", tmp_path / "profile.md"

@@ -18,16 +18,17 @@ on this AVX-512 machine the 256-bit C++ kernels gtscale once forced there gave E
 dropout wrong outputs for a batch's last graph (this test's egt case failed at two threads), and
 at one thread an out-of-bounds pair scatter."""
 
-import numpy as np
 import pytest
 import torch
 
-from model_fixtures import TINY_EGT, TINY_ET, TINY_ET_SPARSE, TINY_GRAPHORMER, TINY_MNAGT, make_batch, random_graph
+from model_fixtures import TINY_EGT, TINY_ET, TINY_ET_SPARSE, TINY_GRAPHORMER, TINY_MNAGT, make_batch
 from gtscale.loader.edge_batch import EdgeBatch
 from gtscale.models import build_head, build_model
 from gtscale.train.compiled import apply_codegen_settings, compile_count, reset_compile_state
 
-pytestmark = pytest.mark.xdist_group("inductor")  # one worker compiles (conftest.py)
+#: Inductor builds C++ kernels for every case (a minute or more each on 2 cores): one worker
+#: compiles (conftest.py), and the fast tier leaves them out.
+pytestmark = [pytest.mark.xdist_group("inductor"), pytest.mark.slow]
 
 VARIANTS = {
     "egt": {**TINY_EGT, "attn_dropout": 0.3, "node_dropout": 0.1},

@@ -26,7 +26,7 @@ def test_head_shapes(graphs, kind, shape):
 def test_graph_head_is_the_authors_mlp():
     model = build_model(TINY_EGT)
     head = build_head({"kind": "graph", "hidden": [16, 16]}, model)
-    widths = [(l.in_features, l.out_features) for l in head.mlp.layers]
+    widths = [(layer.in_features, layer.out_features) for layer in head.mlp.layers]
     assert widths == [(TINY_EGT["node_width"] * TINY_EGT["num_virtual_nodes"], 16), (16, 16), (16, 1)]
 
 

@@ -21,7 +21,7 @@ PUBLISHED = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _count(name: str) -> tuple[int, int]:
     cfg = load_model_config(name)
     model = build_model(cfg)

@@ -16,7 +16,7 @@ def run_cli(*args):
 
 def assert_one_line_error(result, *needles):
     assert result.returncode == 2, result.stderr
-    lines = [l for l in result.stderr.splitlines() if l.strip()]
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, result.stderr
     for needle in needles:
         assert needle in lines[0]

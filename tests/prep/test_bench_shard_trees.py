@@ -11,6 +11,7 @@ from gtscale.cli import main
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_also_tree_adds_a_row_timed_in_the_same_rounds(tmp_path, capsys):
     out = tmp_path / "whole.json"
     assert main(["bench", "shard", "--whole-process", "110", "--rounds", "1", "--also-tree", str(REPO), "--json", str(out)]) == 0

@@ -1,4 +1,4 @@
-"""Disk full while sharding (issue 17 item 6): one line naming the path and the free space, exit 2,
+"""Disk full while sharding: one line naming the path and the free space, exit 2,
 no half-written `.tar.tmp` (or other temporary) left; a rerun with space completes the run.
 
 A real ENOSPC from a 2 MiB tmpfs (the tests run as root; skipped where mounting is not allowed)."""

@@ -1,4 +1,4 @@
-"""Sharder input problems (issue 9): --out, missing values, reruns with another plan or other code."""
+"""Sharder input problems: --out, missing values, reruns with another plan or other code."""
 
 import json
 import os

@@ -168,6 +168,7 @@ def test_smiles_table_with_split_column(tmp_path):
     assert json.loads((out / "manifest.json").read_text())["splits"]["test"]["rejected"] == {"invalid_smiles": 1}
 
 
+@pytest.mark.slow  # RDKit's PAINS catalog over every bundled WEHI molecule
 def test_wehi_pains_labels_come_from_the_filter_catalog():
     from gtscale.prep.sources.bundled import read_wehi_pains
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster import REPO, cluster, sbatch, scontrol_jobs, tail, venv_export, wait_for  # noqa: F401 (cluster: fixture)
+from cluster import REPO, sbatch, scontrol_jobs, tail, venv_export, wait_for
 
 SHARD_SIZE = "500"
 WAIT_S = 240

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from cluster import SLURM_LOCAL, cluster, sbatch, scontrol_jobs  # noqa: F401  (cluster is a fixture)
+from cluster import SLURM_LOCAL, sbatch, scontrol_jobs
 
 # One xdist worker runs every SLURM test: each module's private cluster numbers its jobs from 1,
 # and this module finds a job's processes by SLURM_JOB_ID.
-pytestmark = pytest.mark.xdist_group("slurm")
+pytestmark = [pytest.mark.xdist_group("slurm"), pytest.mark.slow]
 
 
 def _processes_of_job(job: str) -> list[int]:

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cluster import REPO, cluster, sbatch, scontrol_jobs, tail, venv_export, wait_for  # noqa: F401 (cluster: fixture)
+from cluster import REPO, sbatch, scontrol_jobs, tail, venv_export, wait_for
 
 sys.path.insert(0, str(REPO / "tests" / "train"))
 from launcher import free_port, logs, metrics, run_ranks, write_config  # noqa: E402

@@ -59,8 +59,8 @@ def main(frozen: int, steps: int) -> None:
         engine.backward(loss)
         engine.step()
         now = engine.module.state_dict()
-        changed = lambda prefix: sum(float((now[k] - before[k]).abs().sum()) for k in now if k.startswith(prefix))  # noqa: E731
-        print(json.dumps({"step": step, "lrs": lrs, "backbone_change": changed("backbone."), "head_change": changed("head.")}), flush=True)
+        change = {part: sum(float((now[k] - before[k]).abs().sum()) for k in now if k.startswith(f"{part}.")) for part in ("backbone", "head")}
+        print(json.dumps({"step": step, "lrs": lrs, "backbone_change": change["backbone"], "head_change": change["head"]}), flush=True)
 
 
 if __name__ == "__main__":

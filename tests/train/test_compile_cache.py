@@ -38,6 +38,7 @@ def test_a_group_writable_parent_is_refused_too(tmp_path):
         use_cache_dir(parent / "cache")
 
 
+@pytest.mark.slow
 def test_a_private_cache_dir_is_created_0700_and_used(tmp_path, monkeypatch):
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)

@@ -34,7 +34,7 @@ def test_bad_config_is_one_line_and_exit_2(tpsa_shards, tmp_path, override, need
     cfg = write_config(tmp_path / "c.yaml", tpsa_shards, tmp_path / "run")
     result = train_cli(str(cfg), override)
     assert result.returncode == 2, result.stderr
-    lines = [l for l in result.stderr.splitlines() if l.strip()]
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and needle in lines[0], result.stderr
     assert not (tmp_path / "run").exists()
 

@@ -157,6 +157,6 @@ def test_cli_refuses_before_any_process_group(tpsa_shards, tmp_path):
     cfg = write_config(tmp_path / "c.yaml", tpsa_shards, tmp_path / "run")
     for override, needle in (("checkpoint.every=0", "checkpoint.every: must be >= 1"), ("task.head.kind=edge", "task.head.kind:")):
         result = subprocess.run([sys.executable, "-m", "gtscale.cli", "train", str(cfg), override], capture_output=True, text=True, cwd=REPO, timeout=120)
-        lines = [l for l in result.stderr.splitlines() if l.strip()]
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
         assert result.returncode == 2 and len(lines) == 1 and needle in lines[0], result.stderr
         assert not (tmp_path / "run").exists()

@@ -29,6 +29,7 @@ def test_patience_counts_evaluations_since_the_last_new_best():
     assert warming.exhausted
 
 
+@pytest.mark.slow
 def test_two_ranks_stop_together_after_patience_and_a_resume_trains_no_further(nci_shards, tmp_path):
     # lr 0: the weights never change, so after the first evaluation none is better (ties are not);
     # the evaluation at step 4 falls in the warm-up and does not count against patience

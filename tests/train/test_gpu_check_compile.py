@@ -20,7 +20,7 @@ def overrides(command: list[str]) -> list[str]:
 
 
 def test_compile_reaches_the_training_config_and_the_benchmarks(tmp_path):
-    p = plan(cpu=True, models=("egt-small",), compile=True, out=tmp_path)
+    p = plan(cpu=True, compile=True, out=tmp_path)
     assert "--compile" in p.bench_args
     for resume in (False, True):
         cfg = read_train_config(TPSA, overrides(train_command(p, TPSA, Path("shards"), tmp_path / "run", resume)))
@@ -28,7 +28,7 @@ def test_compile_reaches_the_training_config_and_the_benchmarks(tmp_path):
         assert Path(cfg.compile.cache_dir) == tmp_path / "inductor"  # shared by the run and its resumption
         assert cfg.deepspeed.zero_stage == 2
 
-    eager = plan(cpu=True, models=("egt-small",), out=tmp_path)
+    eager = plan(cpu=True, out=tmp_path)
     cfg = read_train_config(TPSA, overrides(train_command(eager, TPSA, Path("shards"), tmp_path / "run", False)))
     assert not cfg.compile.enabled and "--compile" not in eager.bench_args
 
@@ -51,8 +51,8 @@ def running(stat: Path) -> bool:
 
 
 def test_a_launch_past_its_timeout_ends_with_every_process_under_it(tmp_path):
-    # torchrun's way: the launcher starts its workers in sessions of their own, out of reach of a
-    # kill of its process group; such a worker must not outlive the check (it would hold a GPU).
+    # torchrun's way: the launcher starts its workers with setsid, out of reach of a kill of its
+    # process group; such a worker must not outlive the check (it would hold a GPU).
     pid_file = tmp_path / "worker.pid"
     launcher = ("import subprocess, sys, time; "
                 "w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], start_new_session=True); "

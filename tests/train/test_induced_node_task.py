@@ -89,6 +89,7 @@ def test_graph_config_resolves_and_refuses(store, ego_shards, tmp_path, splits):
     assert "not a finished graph store" in refusal(path, f"data.graph.store={tmp_path}")
 
 
+@pytest.mark.slow
 def test_two_ranks_evaluate_each_val_node_once_and_learn(two_rank_run, splits):
     labels, split = splits
     for step in (10, 20):
@@ -104,6 +105,7 @@ def test_two_ranks_evaluate_each_val_node_once_and_learn(two_rank_run, splits):
     assert "baseline_auroc" in metrics(two_rank_run, "baseline")[0]
 
 
+@pytest.mark.slow
 def test_evaluate_test_split_uses_the_validation_threshold(two_rank_run):
     from gtscale.train.evaluate_cli import evaluate_run
     from gtscale.train.node_metrics import choose_threshold, node_metrics

@@ -77,7 +77,7 @@ def test_bad_config_is_one_line_before_torchrun(tpsa_shards, tmp_path):
     cfg = write_config(tmp_path / "c.yaml", tpsa_shards, tmp_path / "run")
     result = subprocess.run([str(LAUNCH), "--nproc_per_node", "2", str(cfg), "checkpoint.every=0"], env=launch_env(),
                             capture_output=True, text=True, timeout=120)
-    lines = [l for l in result.stderr.splitlines() if l.strip()]
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 2 and lines == ["launch/train: error: checkpoint.every: must be >= 1, got 0"], result.stderr
     assert not (tmp_path / "run").exists()
 

@@ -115,6 +115,7 @@ def test_node_loss_is_weighted_bce_at_the_targets(ego_shards):
     assert float(empty.detach()) == 0.0 and scores.grad is not None and not scores.grad.any()
 
 
+@pytest.mark.slow
 def test_two_ranks_evaluate_each_target_once(ego_shards, tmp_path):
     from gtscale.graphs.splits import ratio_split
     from gtscale.graphs.store import GraphStore

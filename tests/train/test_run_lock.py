@@ -87,7 +87,7 @@ def test_a_locked_run_dir_refuses_every_rank(tpsa_shards, tmp_path):
         holder.wait()
     assert codes == [2, 2], logs(tmp_path / "log")
     for rank in range(2):
-        lines = [l for l in (tmp_path / "log" / f"rank{rank}.log").read_text().splitlines() if "error" in l]
+        lines = [line for line in (tmp_path / "log" / f"rank{rank}.log").read_text().splitlines() if "error" in line]
         assert len(lines) == 1 and f"another run is using it (pid {holder.pid} on host" in lines[0], lines
     assert sorted(p.name for p in run.iterdir()) == [run_lock.LOCK_FILE]
 
@@ -104,6 +104,6 @@ def test_launch_train_refuses_before_starting_ranks(tpsa_shards, tmp_path):
     finally:
         holder.kill()
         holder.wait()
-    lines = [l for l in result.stderr.splitlines() if l.strip()]
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 2 and len(lines) == 1 and f"(pid {holder.pid} on host" in lines[0], result.stderr
     assert not (run / "config.yaml").exists() and time.time() - start < 120

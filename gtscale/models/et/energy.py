@@ -3,7 +3,7 @@ the dense (App. D) and sparse (App. C) graph models. The equation numbers below 
 written from the paper's §2 as recalled, and the paper's text was not reachable when they were
 checked (arXiv 2302.07253: only its abstract and opening are in the stored corpora; neither the
 authors' graph repositories nor bhoov/energy-transformer-jax cite equation numbers). Check them
-against the published version; the energy-decrease claim (7) is the one issue 11 cites as eq. 20:
+against the published version; the energy-decrease claim (7) is the one cited elsewhere as eq. 20:
 
     g_A = γ (x_A − x̄_A) / √(var(x_A) + ε) + δ                               (2) energy LayerNorm, scalar γ
     K_αhB = Σ_j W^K_αhj g_jB,   Q_αhC = Σ_j W^Q_αhj g_jC

@@ -27,7 +27,9 @@ VALID_FRACTION = 0.1
 
 def data_folder(root: Path | None = None) -> Path:
     """The folder of MoleculeACE's benchmark CSVs: `root` if given, else the installed package's."""
-    return package_data_folder(root, "MoleculeACE", "Data/benchmark_data", "moleculeace: the MoleculeACE package is not installed (pip install --no-deps 'moleculeace>=3,<4'), or pass --root FOLDER with its CSVs")
+    return package_data_folder(root, "MoleculeACE", "Data/benchmark_data",
+                               "moleculeace: the MoleculeACE package is not installed (pip install --no-deps 'moleculeace>=3,<4'), "
+                               "or pass --root FOLDER with its CSVs")
 
 
 def available(root: Path | None = None) -> list[str]:
