@@ -21,6 +21,7 @@ from gtscale.format.decode import Record
 from gtscale.format.manifest import NODE_TASK
 from gtscale.loader.collate import collate
 from gtscale.prep.graph_features import GraphFeatures
+from gtscale.prep.molecule_limits import DEFAULT_MAX_ATOMS
 from gtscale.prep.structure import StructureOptions
 from gtscale.prep.writer import ShardOptions, featurize_rows
 from gtscale.train.config import TaskConfig
@@ -34,7 +35,7 @@ class LoadedExport:
     model: torch.nn.Module
     task: TaskConfig
     target_names: list[str]
-    options: ShardOptions  # how its shards' records were made
+    options: ShardOptions  # how its shards' records were made; max_nodes always set
     keys: list[str]  # Batch fields the model reads
     path_dist: int  # path-edge distance it needs (Graphormer)
 
@@ -60,12 +61,14 @@ def load_model_export(folder: Path, model_cfg: dict, state: dict, meta: dict) ->
     structure = StructureOptions(**{k: transform[k] for k in ("spd", "degree", "svd_rank", "lap_k", "paths") if k in transform})
     features = GraphFeatures.from_manifest(shards.get("features", {}).get("graph"), str(folder / "export.json"))
     keys, path_dist = loader_keys(module.backbone, model_cfg)
+    # The shards' --max-nodes, else the default cap: the work per molecule is bounded either way.
+    max_nodes = DEFAULT_MAX_ATOMS if transform.get("max_nodes") is None else transform["max_nodes"]
     return LoadedExport(
         path=folder,
         model=GraphTaskModel(module.backbone, module.head).to(device()).eval(),  # the trainer's forward
         task=from_dict(TaskConfig, meta["task"], prefix="task."),
         target_names=names or [f"y{t}" for t in range(module.head.cfg.num_outputs)],
-        options=ShardOptions(structure=structure, max_nodes=transform.get("max_nodes"), graph_features=features),
+        options=ShardOptions(structure=structure, max_nodes=max_nodes, graph_features=features),
         keys=[k for k in keys if k != schema.Y],
         path_dist=path_dist,
     )

@@ -1,6 +1,7 @@
 """`gtscale predict` on a tiny trained export: the same predictions as `gtscale evaluate` gives for
 the same molecules, an ensemble's mean and std over its members, and rows RDKit cannot read."""
 
+import json
 import shutil
 import subprocess
 import sys
@@ -151,3 +152,120 @@ def test_an_export_of_several_targets_predicts_each_of_them(tmp_path):
     assert main(["predict", str(tmp_path / "export"), "--input", str(csv), "--out", str(tmp_path / "p.csv"), "--no-progress"]) == 0
     out = pd.read_csv(tmp_path / "p.csv")
     assert {"tpsa_pred", "tenth_pred"} <= set(out.columns) and out[["tpsa_pred", "tenth_pred"]].notna().all().all()
+
+
+# --- bad inputs: nothing lost, every row answered, nothing unbounded ------------------------------
+def one_error_line(capsys) -> str:
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1, err
+    return err[0]
+
+
+def test_out_replaces_only_predicts_own_csv_and_never_the_input(trained, tmp_path, capsys):
+    _, csv, _, _, export = trained
+    notes = tmp_path / "notes.csv"
+    notes.write_text("my,own\n1,2\n")
+    predict = ["predict", str(export), "--input", str(csv), "--no-progress"]
+    assert main([*predict, "--out", str(notes)]) == 2
+    assert "notes.csv: --out would replace a file gtscale did not write" in one_error_line(capsys)
+    assert notes.read_text() == "my,own\n1,2\n"
+    assert main([*predict, "--out", str(notes), "--overwrite"]) == 0  # asked for
+    assert main([*predict, "--out", str(notes)]) == 0  # predict's own output: a rerun replaces it
+    assert pd.read_csv(notes).columns[-2:].tolist() == ["tpsa_pred", "reason"]
+
+    before = csv.read_bytes()
+    (tmp_path / "link.csv").symlink_to(csv)
+    for out in (csv, tmp_path / "link.csv", export / "preds.csv"):
+        capsys.readouterr()
+        assert main([*predict, "--out", str(out), "--overwrite"]) == 2
+        line = one_error_line(capsys)
+        assert "--out is the input" in line or "--out is inside the input" in line, line
+    assert csv.read_bytes() == before and not (export / "preds.csv").exists()
+
+
+def test_every_input_row_gives_one_output_row_as_it_was_written(trained, tmp_path):
+    """A blank line of a one-column CSV was dropped, so the predictions no longer lined up with the
+    input; ids lost their leading zeros and "NA" became empty."""
+    _, _, _, _, export = trained
+    (tmp_path / "one.csv").write_text("smiles\nCCO\n\nc1ccccc1\n")
+    (tmp_path / "ids.csv").write_text("id,smiles\n007,CCO\nNA,\n,CCN\n")
+    for name, ids in (("one", None), ("ids", ["007", "NA", ""])):
+        assert main(["predict", str(export), "--input", str(tmp_path / f"{name}.csv"), "--out", str(tmp_path / f"{name}-p.csv"),
+                     "--no-progress"]) == 0
+        out = pd.read_csv(tmp_path / f"{name}-p.csv", dtype=str, keep_default_na=False)
+        assert len(out) == 3 and out["reason"].tolist() == ["", "empty_smiles", ""]
+        assert (out["tpsa_pred"] == "").tolist() == [False, True, False]
+        assert ids is None or out["id"].tolist() == ids
+
+
+def test_weights_far_from_one_weigh_as_their_ratio(trained, tmp_path, capsys):
+    """1e308 + 1e308 overflowed to inf and every mean came out 0.0."""
+    _, csv, _, _, export = trained
+    assert main(["predict", str(export), "--input", str(csv), "--out", str(tmp_path / "one.csv"), "--no-progress"]) == 0
+    single = pd.read_csv(tmp_path / "one.csv")["tpsa_pred"].to_numpy()
+    for weights in (["1e308", "1e308"], ["1e-320", "1e-320"], ["2", "0"]):
+        assert main(["predict", str(export), str(export), "--weights", *weights, "--input", str(csv), "--out", str(tmp_path / "e.csv"),
+                     "--no-progress"]) == 0
+        ensemble = pd.read_csv(tmp_path / "e.csv")
+        np.testing.assert_allclose(ensemble["tpsa_mean"], single, rtol=1e-6)
+        np.testing.assert_allclose(ensemble["tpsa_std"], 0.0, atol=1e-6)
+    for weights in (["inf", "1"], ["nan", "1"], ["-1", "2"], ["0", "0"], ["1"]):
+        capsys.readouterr()
+        assert main(["predict", str(export), str(export), "--weights", *weights, "--input", str(csv), "--out", str(tmp_path / "w.csv")]) == 2
+        assert "--weights: give one weight per export (2), finite, >= 0 and not all 0" in one_error_line(capsys)
+    assert not (tmp_path / "w.csv").exists()
+
+
+def test_molecules_too_large_get_a_reason_before_rdkit_reads_them(trained, tmp_path):
+    """An export whose shards set no --max-nodes (bundled datasets, or smiles-csv shards made before
+    it had a default): a 10 MB SMILES line once crashed RDKit, and a 5,000-atom chain ran for
+    minutes into gigabytes. Now the default cap (512 atoms) holds, and --max-nodes moves it."""
+    export = Path(shutil.copytree(trained[-1], tmp_path / "export"))
+    meta = json.loads((export / "export.json").read_text())
+    assert meta["shards"]["transform"]["max_nodes"] == 512  # smiles-csv's default
+    meta["shards"]["transform"]["max_nodes"] = None
+    (export / "export.json").write_text(json.dumps(meta))
+    pd.DataFrame({"smiles": ["CCO", "C" * 10_000_000, "C" * 600, "C" * 513]}).to_csv(tmp_path / "big.csv", index=False)
+    predict = ["predict", str(export), "--input", str(tmp_path / "big.csv"), "--no-progress"]
+    assert main([*predict, "--out", str(tmp_path / "p.csv")]) == 0
+    out = pd.read_csv(tmp_path / "p.csv", keep_default_na=False)
+    assert out["reason"].tolist() == ["", "smiles_too_long", "too_many_nodes", "too_many_nodes"]
+    assert main([*predict, "--out", str(tmp_path / "wide.csv"), "--max-nodes", "600"]) == 0
+    wide = pd.read_csv(tmp_path / "wide.csv", keep_default_na=False)
+    assert wide["reason"].tolist() == ["", "smiles_too_long", "", ""] and (wide["tpsa_pred"][[0, 2, 3]] != "").all()
+
+
+def test_a_shard_folder_with_an_empty_split(trained, tmp_path, capsys):
+    shards, _, _, evaluated, export = trained
+    copy = Path(shutil.copytree(shards, tmp_path / "shards"))
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["splits"]["extra"] = {"rows": 0, "samples": 0, "shards": [], "rejected": {}}
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["predict", str(export), "--input", str(copy), "--splits", "extra", "--out", str(tmp_path / "p.csv")]) == 2
+    assert "--splits: split 'extra' of" in one_error_line(capsys) and not (tmp_path / "p.csv").exists()
+    assert main(["predict", str(export), "--input", str(copy), "--out", str(tmp_path / "p.csv"), "--no-progress"]) == 0
+    out = pd.read_csv(tmp_path / "p.csv", keep_default_na=False)
+    assert set(out["split"]) == {"train", "valid", "test"} and (out["reason"] == "").all()
+    assert len(out) == sum(manifest["splits"][s]["samples"] for s in ("train", "valid", "test"))
+
+
+@pytest.mark.parametrize("suffix, error", [(".xz", None), (".bz2", None), (".zip", None), (".two.zip", "a .zip of 2 files")])
+def test_compressed_inputs(trained, tmp_path, capsys, suffix, error):
+    import bz2
+    import lzma
+    import zipfile
+
+    _, csv, _, _, export = trained
+    data = csv.read_bytes()
+    path = tmp_path / f"mols.csv{suffix}"
+    if suffix.endswith(".zip"):
+        with zipfile.ZipFile(path, "w") as archive:
+            for name in ["mols.csv", "more.csv"][: 2 if suffix == ".two.zip" else 1]:
+                archive.writestr(name, data)
+    else:
+        path.write_bytes({".xz": lzma.compress, ".bz2": bz2.compress}[suffix](data))
+    code = main(["predict", str(export), "--input", str(path), "--out", str(tmp_path / "p.csv"), "--no-progress"])
+    if error:
+        assert code == 2 and error in one_error_line(capsys) and not (tmp_path / "p.csv").exists()
+    else:
+        assert code == 0 and len(pd.read_csv(tmp_path / "p.csv")) == len(pd.read_csv(csv))
