@@ -285,6 +285,14 @@ def csv_header(path: Path) -> list[str] | None:
     return None if line is None else next(csv.reader([line]), [])
 
 
+def csv_text(table: pd.DataFrame) -> str:
+    """The table as CSV that reads back as the same rows. Lines end in \\n, and the default quoting
+    leaves a carriage return in a cell (an input's quoted cell) bare, where readers end the line:
+    such a table is written with every field quoted."""
+    text = table.to_csv(index=False)
+    return table.to_csv(index=False, quoting=csv.QUOTE_ALL) if "\r" in text else text
+
+
 def run(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be >= 1, got {args.batch_size}")
@@ -308,7 +316,7 @@ def run(args: argparse.Namespace) -> int:
         table = predict_table(predictor, frame, args.smiles_column, args.batch_size, not args.no_progress)
     out.parent.mkdir(parents=True, exist_ok=True)
     with disk_full_is_user_error(out):
-        atomic_write_text(out, table.to_csv(index=False))
+        atomic_write_text(out, csv_text(table))
     failed = int((table["reason"] != "").sum())
     print(f"wrote {len(table)} rows to {out}" + (f" ({failed} without a prediction: see the reason column)" if failed else ""))
     return 0

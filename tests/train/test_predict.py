@@ -1,10 +1,13 @@
 """`gtscale predict` on a tiny trained export: the same predictions as `gtscale evaluate` gives for
 the same molecules, an ensemble's mean and std over its members, and rows RDKit cannot read."""
 
+import csv
+import io
 import json
 import shutil
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +15,8 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from gtscale.cli import main
 from gtscale.prep.sources.bundled import read_nci_tpsa
@@ -269,3 +274,132 @@ def test_compressed_inputs(trained, tmp_path, capsys, suffix, error):
         assert code == 2 and error in one_error_line(capsys) and not (tmp_path / "p.csv").exists()
     else:
         assert code == 0 and len(pd.read_csv(tmp_path / "p.csv")) == len(pd.read_csv(csv))
+
+
+# --- fuzzing the CSV input ---------------------------------------------------------------------
+#: Molecules the fuzzed CSVs hold among their noise: each must be predicted as it is alone.
+POOL = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "CN1CCC[C@H]1c1cccnc1", "[NH4+].[Cl-]", "OC(=O)C(F)(F)F"]
+ODD_CELLS = ["", " ", "NA", "nan", "None", "#N/A", "0", "-1e308", "reason", "C" * 600, "C" * 20_000, "x" * 200_000, "\ufeffCCO", "C\x00C"]
+PREDICTED = ("tpsa_mean", "tpsa_std", "reason")  # what predict adds to an input's columns
+
+
+@pytest.fixture(scope="module")
+def fuzz_members(trained, tmp_path_factory):
+    """(the trained export and an ECFP + SVR export beside it, as one ensemble; their mean for each
+    POOL molecule predicted alone)."""
+    from sklearn.svm import SVR
+
+    from gtscale.experiments.ecfp import TanimotoSVR, ecfp, tanimoto, write_svr_export
+
+    root = tmp_path_factory.mktemp("fuzz")
+    table = read_nci_tpsa()
+    bits = ecfp(table.smiles[:60])
+    svr = TanimotoSVR.from_fitted(SVR(kernel="precomputed", C=10.0).fit(tanimoto(bits, bits), table.targets[:60, 0]), bits, 10.0)
+    members = [str(trained[-1]), str(write_svr_export(root / "svr", svr, {"dataset": "nci", "task": {"target_names": ["tpsa"]}}))]
+    reference = {}
+    for i, smiles in enumerate(POOL):
+        pd.DataFrame({"smiles": [smiles]}).to_csv(root / f"{i}.csv", index=False)
+        assert main(["predict", *members, "--input", str(root / f"{i}.csv"), "--out", str(root / f"{i}-p.csv"), "--no-progress"]) == 0
+        reference[smiles] = pd.read_csv(root / f"{i}-p.csv")["tpsa_mean"][0]
+    return members, reference
+
+
+def predict_in_process(members: list[str], data: bytes, name: str = "in.csv", batch_size: int = 4) -> tuple[int, pd.DataFrame | None, str]:
+    """(exit status, the output table or None, stderr) of `gtscale predict` on a file holding `data`."""
+    import contextlib
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path, out = Path(folder) / name, Path(folder) / "p.csv"
+        path.write_bytes(data)
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            code = main(["predict", *members, "--input", str(path), "--out", str(out), "--batch-size", str(batch_size), "--no-progress"])
+        table = pd.read_csv(out, dtype=str, keep_default_na=False) if out.exists() else None
+    return code, table, err.getvalue()
+
+
+def check_outcome(code: int, table: pd.DataFrame | None, err: str) -> None:
+    """Exit 0 with a table whose every row has a prediction or a reason (never both, never neither),
+    or exit 2 with one line and no table."""
+    if code == 2:
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith("gtscale predict: error: ") and table is None, err
+        return
+    assert code == 0 and table is not None, (code, err)
+    assert ((table["tpsa_mean"] == "") == (table["reason"] != "")).all(), table[["tpsa_mean", "reason"]]
+
+
+@st.composite
+def csv_files(draw) -> tuple[bytes, list[str | None], str]:
+    """(a CSV's bytes, the SMILES cell of each of its rows (None: a blank line), its encoding): a
+    header with the smiles column among others (now and then hundreds), rows of molecules, odd
+    cells, any text, quotes and blank lines, written with \\n or \\r\\n and either quoting rule."""
+    names = draw(st.lists(st.text(max_size=8).filter(lambda n: not n.startswith("smiles") and n not in PREDICTED), max_size=3))
+    names += [f"wide{i}" for i in range(300)] if draw(st.integers(0, 9)) == 0 else []
+    column = draw(st.integers(0, len(names)))
+    header = names[:column] + ["smiles"] + names[column:]
+    molecule = st.sampled_from(POOL)
+    cell = st.one_of(molecule, molecule, molecule, st.sampled_from(ODD_CELLS), st.text(max_size=30),
+                     st.text(alphabet="CNOc1()=#[]+-@/\\%23 ", max_size=40))
+    rows = draw(st.lists(st.one_of(st.none(), st.lists(cell, min_size=len(header), max_size=len(header))), max_size=10))
+    end = draw(st.sampled_from(["\n", "\r\n"]))
+    quoting = draw(st.sampled_from([csv.QUOTE_MINIMAL, csv.QUOTE_ALL]))
+    if end == "\n" and any("\r" in field for field in header + [f for row in rows if row for f in row]):
+        quoting = csv.QUOTE_ALL  # QUOTE_MINIMAL would leave it bare, where every reader ends the line
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator=end, quoting=quoting)
+    writer.writerow(header)
+    for row in rows:
+        if row is None:
+            text.write(end)  # a blank line: an empty molecule, kept as a row
+        else:
+            writer.writerow(row)
+    encoding = draw(st.sampled_from(["utf-8", "utf-8", "utf-8", "utf-8-sig", "latin-1", "utf-16"]))
+    return text.getvalue().encode(encoding, errors="replace"), [None if r is None else r[column] for r in rows], encoding
+
+
+@settings(max_examples=100, deadline=timedelta(seconds=30), derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(case=csv_files(), batch_size=st.integers(1, 5))
+@example(case=(b'smiles,"a\rb"\nCCO,"x\ry"\n\n', ["CCO", None], "utf-8"), batch_size=1)  # a carriage return only quotes keep
+def test_fuzzed_csvs_give_a_row_per_input_row_or_one_line(fuzz_members, case, batch_size):
+    """Every CSV predict is given ends in exit 0 with one row per input row, in order, each with a
+    prediction or a reason (a molecule predicted as it is alone), or in exit 2 with one line."""
+    members, reference = fuzz_members
+    data, cells, encoding = case
+    code, table, err = predict_in_process(members, data, batch_size=batch_size)
+    check_outcome(code, table, err)
+    if encoding not in ("utf-8", "utf-8-sig"):
+        return  # pandas reads the file as UTF-8: either outcome above is right, the rows may differ
+    assert code == 0, err  # a well-formed CSV: every row is answered
+    assert len(table) == len(cells)
+    for row, cell in enumerate(cells):
+        if cell in reference:
+            assert table["smiles"][row] == cell and table["reason"][row] == "", table.iloc[row]
+            np.testing.assert_allclose(float(table["tpsa_mean"][row]), reference[cell], rtol=1e-5, atol=1e-4)
+        elif cell is None or not cell.strip():
+            assert table["reason"][row] == "empty_smiles"
+
+
+def packed(name: str, data: bytes) -> bytes:
+    """`data` compressed as `name` says (a .zip of one file)."""
+    import bz2
+    import gzip
+    import lzma
+    import zipfile
+
+    if name.endswith(".zip"):
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w") as archive:
+            archive.writestr("in.csv", data)
+        return buffer.getvalue()
+    return {".gz": gzip.compress, ".xz": lzma.compress, ".bz2": bz2.compress}.get(Path(name).suffix, bytes)(data)
+
+
+@settings(max_examples=60, deadline=timedelta(seconds=30), derandomize=True)
+@given(data=st.one_of(st.binary(max_size=3000), st.text(max_size=3000).map(str.encode)),
+       name=st.sampled_from(["in.csv", "in.csv.gz", "in.csv.xz", "in.csv.zip", "in.csv.bz2"]), cut=st.integers(0, 40))
+def test_random_bytes_give_rows_with_reasons_or_one_line(fuzz_members, data, name, cut):
+    """Any bytes after a header line, plain or compressed, whole or cut short by `cut` bytes."""
+    whole = packed(name, b"smiles\n" + data)
+    check_outcome(*predict_in_process(fuzz_members[0], whole[: len(whole) - cut] if cut else whole, name))
