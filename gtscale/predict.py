@@ -41,7 +41,8 @@ from gtscale.config import from_dict
 from gtscale.errors import UserError
 from gtscale.experiments.ecfp import SVR_EXPORT_NAME, TanimotoSVR, ecfp_rows, read_svr_export
 from gtscale.experiments.kernel_svr import KERNEL_EXPORT_NAME, KernelSVR, read_kernel_export
-from gtscale.inference import LoadedExport, batch_scores, check_record, graph_representation, load_model_export, molecule_records
+from gtscale.inference import (LoadedExport, batch_scores, check_record, graph_representation, load_model_export, molecule_records,
+                               padded_batches)
 from gtscale.format.decode import Record
 from gtscale.io import atomic_write_text, claim_out_file, disk_full_is_user_error, read_first_line
 from gtscale.loader.collate import collate
@@ -148,9 +149,13 @@ class Predictor:
         self.exports, self.target_names = exports, names
         self.weights = ensemble_weights(weights, len(exports))
 
-    def scores(self, export: LoadedExport, records: list[Record]) -> np.ndarray:
-        """float [n, T] predictions of one export for these records."""
-        return batch_scores(export, collate(records, export.keys, export.path_dist))
+    def scores(self, export: LoadedExport, records: list[Record], batch_size: int) -> np.ndarray:
+        """float [n, T] predictions of one export for these records, in batches of `batch_size`
+        molecules within a budget of padded node pairs (inference.padded_batches)."""
+        out = np.empty((len(records), len(self.target_names)), np.float32)
+        for members in padded_batches(records, batch_size):
+            out[members] = batch_scores(export, collate([records[i] for i in members], export.keys, export.path_dist))
+        return out
 
     def smiles(self, smiles: list[str]) -> tuple[np.ndarray, list[str]]:
         """(predictions [members, n, T], NaN where a molecule was rejected; reason per molecule, "" if
@@ -178,7 +183,7 @@ class Predictor:
                 made[export.options] = molecule_records(smiles, export.options, reasons)
             records, rows = made[export.options]
             if records:
-                out[member, rows] = self.scores(export, records)
+                out[member, rows] = self.scores(export, records, len(smiles))  # the caller's batch
         for row in np.flatnonzero(not_finite(out)):
             reasons[row] = reasons[row] or "prediction_not_finite"
         return out, reasons

@@ -276,6 +276,25 @@ def test_compressed_inputs(trained, tmp_path, capsys, suffix, error):
         assert code == 0 and len(pd.read_csv(tmp_path / "p.csv")) == len(pd.read_csv(csv))
 
 
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(sizes=st.lists(st.one_of(st.integers(1, 64), st.integers(1, 512)), min_size=1, max_size=150), batch_size=st.integers(1, 70))
+def test_a_large_molecule_does_not_pad_a_whole_batch(sizes, batch_size):
+    """Batches keep their order and at most batch_size molecules, and hold at most batch_size × 64²
+    padded node pairs unless one molecule alone exceeds that; molecules of up to 64 atoms batch by
+    count alone."""
+    from gtscale.format.decode import Record
+    from gtscale.inference import PAIRS_PER_MOLECULE, padded_batches
+
+    records = [Record(str(i), "<input>", n, i, {}) for i, n in enumerate(sizes)]
+    batches = padded_batches(records, batch_size)
+    assert [i for batch in batches for i in batch] == list(range(len(sizes)))
+    for batch in batches:
+        pairs = len(batch) * max(sizes[i] for i in batch) ** 2
+        assert len(batch) <= batch_size and (pairs <= batch_size * PAIRS_PER_MOLECULE or len(batch) == 1)
+    if max(sizes) <= 64:
+        assert [len(b) for b in batches] == [len(c) for c in np.array_split(sizes, range(batch_size, len(sizes), batch_size))]
+
+
 # --- fuzzing the CSV input ---------------------------------------------------------------------
 #: Molecules the fuzzed CSVs hold among their noise: each must be predicted as it is alone.
 POOL = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "CN1CCC[C@H]1c1cccnc1", "[NH4+].[Cl-]", "OC(=O)C(F)(F)F"]
