@@ -58,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a .csv of SMILES (optionally .gz, .bz2, .xz, a one-file .zip, or .zst with the zstandard module), "
                         "or a shard folder (manifest.json)")
     parser.add_argument("--smiles-column", default="smiles", help="SMILES column of the CSV (default smiles)")
-    parser.add_argument("--splits", default=None, help="shard folder: comma-separated splits to predict (default all)")
+    parser.add_argument("--splits", default=None, help="shard folder: comma-separated splits to predict (default: every split with records)")
     parser.add_argument("--out", required=True, help="CSV to write (atomically); replaces only a CSV predict wrote")
     parser.add_argument("--overwrite", action="store_true", help="replace --out even if predict did not write it (never the input)")
     parser.add_argument("--max-nodes", type=int, default=None,
