@@ -19,8 +19,10 @@ from gtscale.errors import UserError
 from gtscale.format import schema
 from gtscale.format.decode import Record
 from gtscale.format.manifest import NODE_TASK
+from gtscale.loader.bucketing import Batcher
 from gtscale.loader.collate import collate
 from gtscale.prep.graph_features import GraphFeatures
+from gtscale.prep.molecule_limits import DEFAULT_MAX_ATOMS
 from gtscale.prep.structure import StructureOptions
 from gtscale.prep.writer import ShardOptions, featurize_rows
 from gtscale.train.config import TaskConfig
@@ -34,7 +36,7 @@ class LoadedExport:
     model: torch.nn.Module
     task: TaskConfig
     target_names: list[str]
-    options: ShardOptions  # how its shards' records were made
+    options: ShardOptions  # how its shards' records were made; max_nodes always set
     keys: list[str]  # Batch fields the model reads
     path_dist: int  # path-edge distance it needs (Graphormer)
 
@@ -60,12 +62,14 @@ def load_model_export(folder: Path, model_cfg: dict, state: dict, meta: dict) ->
     structure = StructureOptions(**{k: transform[k] for k in ("spd", "degree", "svd_rank", "lap_k", "paths") if k in transform})
     features = GraphFeatures.from_manifest(shards.get("features", {}).get("graph"), str(folder / "export.json"))
     keys, path_dist = loader_keys(module.backbone, model_cfg)
+    # The shards' --max-nodes, else the default cap: the work per molecule is bounded either way.
+    max_nodes = DEFAULT_MAX_ATOMS if transform.get("max_nodes") is None else transform["max_nodes"]
     return LoadedExport(
         path=folder,
         model=GraphTaskModel(module.backbone, module.head).to(device()).eval(),  # the trainer's forward
         task=from_dict(TaskConfig, meta["task"], prefix="task."),
         target_names=names or [f"y{t}" for t in range(module.head.cfg.num_outputs)],
-        options=ShardOptions(structure=structure, max_nodes=transform.get("max_nodes"), graph_features=features),
+        options=ShardOptions(structure=structure, max_nodes=max_nodes, graph_features=features),
         keys=[k for k in keys if k != schema.Y],
         path_dist=path_dist,
     )
@@ -83,10 +87,30 @@ def graph_representation(export: LoadedExport, smiles: list[str], batch_size: in
     reasons = [""] * len(smiles)
     records, rows = molecule_records(smiles, export.options, reasons)
     out = np.full((len(smiles), export.model.backbone.graph_dim), np.nan, np.float32)
-    for start in range(0, len(records), batch_size):
-        batch = collate(records[start : start + batch_size], export.keys, export.path_dist).to(device())
-        out[rows[start : start + batch_size]] = export.model.backbone(batch).graph.float().cpu().numpy()
+    for members in padded_batches(records, batch_size):
+        batch = collate([records[i] for i in members], export.keys, export.path_dist).to(device())
+        out[[rows[i] for i in members]] = export.model.backbone(batch).graph.float().cpu().numpy()
     return out, reasons
+
+
+#: Padded node pairs per molecule of a batch (B × N_max² ≤ batch_size × this): what attention and
+#: edge tensors cost. Molecules of up to 64 atoms batch by count; a larger one shares a smaller
+#: batch, or has one of its own, so that one large molecule does not make a whole batch pay for
+#: its size (a batch of 64 padded to 512 atoms would hold 64 times one such molecule's tensors).
+PAIRS_PER_MOLECULE = 64 * 64
+
+
+def padded_batches(records: list[Record], batch_size: int) -> list[list[int]]:
+    """Positions of `records` in batches, in order: at most `batch_size` molecules and
+    batch_size × PAIRS_PER_MOLECULE padded node pairs each (the loader's Batcher)."""
+    out = []
+    for start in range(0, len(records), batch_size):
+        chunk = range(start, min(start + batch_size, len(records)))
+        largest = max(records[i].num_nodes for i in chunk)
+        # The node budget never binds (a chunk holds batch_size molecules of at most `largest`); the pairs do.
+        batcher = Batcher(node_budget=batch_size * largest, pair_budget=batch_size * PAIRS_PER_MOLECULE)
+        out += batcher.batches((i, records[i].num_nodes) for i in chunk)
+    return out
 
 
 def molecule_records(smiles: list[str], options: ShardOptions, reasons: list[str]) -> tuple[list[Record], list[int]]:

@@ -89,12 +89,27 @@ def refused_global(err: BaseException) -> str | None:
 Markers = Mapping[str, Callable[[dict], bool]]
 
 
-def _read_marker(path: Path, is_ours: Callable[[dict], bool]) -> bool:
+def read_json_object(path: Path) -> dict | None:
+    """A file's JSON object; None if it holds anything else (a user's notes, a list, bad bytes)."""
     try:
         content = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return False
-    return isinstance(content, dict) and bool(is_ours(content))
+        return None
+    return content if isinstance(content, dict) else None
+
+
+def read_first_line(path: Path, limit: int = 1 << 20) -> str | None:
+    """A text file's first line (at most `limit` characters, without its line end); None if unreadable."""
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            return f.readline(limit).rstrip("\r\n")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _read_marker(path: Path, is_ours: Callable, read_mark: Callable[[Path], object | None] = read_json_object) -> bool:
+    mark = read_mark(path)
+    return mark is not None and bool(is_ours(mark))
 
 
 def _has_marker(folder: Path, markers: Markers) -> bool:
@@ -120,12 +135,7 @@ def claim_out_dir(out: str | os.PathLike, markers: Markers, inputs: Iterable[str
     RUN/export/<tag>/ exports, and `gtscale export` then writes RUN/export itself).
     Returns `out` as a Path; raises UserError naming the folder otherwise."""
     out = Path(out)
-    for source in inputs:
-        if source is None:
-            continue
-        source = Path(source).resolve()
-        if out.resolve() == source or source in out.resolve().parents:
-            raise UserError(f"{out}: {option} is {'the input' if out.resolve() == source else 'inside the input'} {source}; write to a folder outside it")
+    refuse_inputs(out, inputs, option, "write to a folder outside it")
     if not out.exists():
         return out
     if not out.is_dir():
@@ -141,13 +151,32 @@ def claim_out_dir(out: str | os.PathLike, markers: Markers, inputs: Iterable[str
                     "choose a new or empty folder")
 
 
-def claim_out_file(path: str | os.PathLike, is_ours: Callable[[dict], bool], option: str) -> Path:
-    """The same rule for a command that writes one JSON file: replace only a file gtscale wrote."""
+def refuse_inputs(out: Path, inputs: Iterable[str | os.PathLike | None], option: str, advice: str) -> None:
+    """Refuse an `out` that is one of the command's `inputs` (also through a link) or inside one."""
+    for source in inputs:
+        if source is None:
+            continue
+        source = Path(source).resolve()
+        same = out.resolve() == source or (out.exists() and source.exists() and os.path.samefile(out, source))
+        if same or source in out.resolve().parents:
+            raise UserError(f"{out}: {option} is {'the input' if same else 'inside the input'} {source}; {advice}")
+
+
+def claim_out_file(path: str | os.PathLike, is_ours: Callable, option: str, read_mark: Callable[[Path], object | None] = read_json_object,
+                   inputs: Iterable[str | os.PathLike | None] = (), overwrite_flag: str | None = None, overwrite: bool = False) -> Path:
+    """The same rule for a command that writes one file: replace only a file gtscale wrote.
+
+    A file is gtscale's when `is_ours` accepts its mark, as `read_mark` reads it: a JSON file's
+    object (the default), a Markdown report's first line, a CSV's header. A command may offer
+    `overwrite_flag` to replace a file all the same (`overwrite`: it was given); never one of its
+    own `inputs`, nor a file inside one."""
     path = Path(path)
+    refuse_inputs(path, inputs, option, "choose another file name")
     if path.is_dir():
         raise UserError(f"{path}: {option} needs a file here, but this is a folder")
-    if path.exists() and not _read_marker(path, is_ours):
-        raise UserError(f"{path}: {option} would replace a file gtscale did not write; choose a new file name")
+    if path.exists() and not overwrite and not _read_marker(path, is_ours, read_mark):
+        also = f" (or pass {overwrite_flag} to replace it)" if overwrite_flag else ""
+        raise UserError(f"{path}: {option} would replace a file gtscale did not write; choose a new file name{also}")
     return path
 
 

@@ -10,8 +10,12 @@ the task's predictions) with the SVR models of experiments/.
   gets `<name>_mean` and `<name>_std` (over the members, ddof 0; `--weights` weighs both). The
   suffixes keep a labelled input's own target columns beside the predictions. Regression
   predictions are in the targets' units; a binary (bce) task's are probabilities.
-- A row RDKit cannot parse (or one the sharder would reject) gets empty predictions and its reason
-  in the `reason` column; the other columns of the input are kept.
+- Every input row gives one output row, in order, with the input's columns as they were read
+  (text, blank lines kept). A row RDKit cannot parse (or one the sharder would reject, or one too
+  large to read: prep/molecule_limits.py) gets empty predictions and its reason in the `reason`
+  column.
+- The output is written whole or not at all, and replaces only a CSV predict wrote (its header ends
+  with prediction columns and `reason`) unless `--overwrite`; never the input or an export.
 - `--input` may also be a shard folder (manifest.json): every record of the chosen splits is
   predicted, with its split and idx.
 - An ECFP + SVR export (`gtscale baseline ecfp`'s DIR/export, model.yaml `name: ecfp-svr`) is a
@@ -25,7 +29,8 @@ the task's predictions) with the SVR models of experiments/.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+import csv
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -34,25 +39,34 @@ from tqdm import tqdm
 
 from gtscale.config import from_dict
 from gtscale.errors import UserError
-from gtscale.experiments.ecfp import SVR_EXPORT_NAME, TanimotoSVR, ecfp_parsed, read_svr_export
+from gtscale.experiments.ecfp import SVR_EXPORT_NAME, TanimotoSVR, ecfp_rows, read_svr_export
 from gtscale.experiments.kernel_svr import KERNEL_EXPORT_NAME, KernelSVR, read_kernel_export
-from gtscale.inference import LoadedExport, batch_scores, check_record, graph_representation, load_model_export, molecule_records
+from gtscale.inference import (LoadedExport, batch_scores, check_record, graph_representation, load_model_export, molecule_records,
+                               padded_batches)
 from gtscale.format.decode import Record
-from gtscale.io import atomic_write_text
+from gtscale.io import atomic_write_text, claim_out_file, disk_full_is_user_error, read_first_line
 from gtscale.loader.collate import collate
+from gtscale.prep.molecule_limits import DEFAULT_MAX_ATOMS
+from gtscale.prep.sources.base import read_csv, require_columns, text_column
 from gtscale.prep.writer import ShardOptions
 from gtscale.train.config import TaskConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("exports", nargs="+", help="export folders (model.pt, model.yaml, export.json); several = an ensemble")
-    parser.add_argument("--input", required=True, help="a .csv (optionally .gz) of SMILES, or a shard folder (manifest.json)")
+    parser.add_argument("--input", required=True,
+                        help="a .csv of SMILES (optionally .gz, .bz2, .xz, a one-file .zip, or .zst with the zstandard module), "
+                        "or a shard folder (manifest.json)")
     parser.add_argument("--smiles-column", default="smiles", help="SMILES column of the CSV (default smiles)")
-    parser.add_argument("--splits", default=None, help="shard folder: comma-separated splits to predict (default all)")
-    parser.add_argument("--out", required=True, help="CSV to write (atomically)")
+    parser.add_argument("--splits", default=None, help="shard folder: comma-separated splits to predict (default: every split with records)")
+    parser.add_argument("--out", required=True, help="CSV to write (atomically); replaces only a CSV predict wrote")
+    parser.add_argument("--overwrite", action="store_true", help="replace --out even if predict did not write it (never the input)")
+    parser.add_argument("--max-nodes", type=int, default=None,
+                        help=f"most atoms a molecule may have; larger ones get reason too_many_nodes before RDKit parses them "
+                        f"(default: the export's shards' --max-nodes, else {DEFAULT_MAX_ATOMS})")
     parser.add_argument("--batch-size", type=int, default=64, help="molecules per batch (default 64)")
     parser.add_argument("--weights", type=float, nargs="+", default=None, metavar="W",
-                        help="one weight per export for the ensemble's mean and std (default: equal)")
+                        help="one weight per export for the ensemble's mean and std: finite, >= 0, not all 0 (default: equal)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -64,6 +78,7 @@ class FingerprintExport:
     svr: TanimotoSVR
     task: TaskConfig
     target_names: list[str]
+    max_nodes: int = DEFAULT_MAX_ATOMS  # most atoms of a molecule read (its shards record none)
 
 
 @dataclass
@@ -99,6 +114,28 @@ def load_export(path: Path) -> LoadedExport | FingerprintExport | KernelExport:
     return load_model_export(folder, model_cfg, export.state, meta)
 
 
+def with_max_nodes(export: LoadedExport | FingerprintExport | KernelExport, max_nodes: int) -> LoadedExport | FingerprintExport | KernelExport:
+    """The export reading molecules of at most `max_nodes` atoms (--max-nodes)."""
+    if isinstance(export, KernelExport):
+        return replace(export, backbone=with_max_nodes(export.backbone, max_nodes))
+    if isinstance(export, FingerprintExport):
+        return replace(export, max_nodes=max_nodes)
+    return replace(export, options=replace(export.options, max_nodes=max_nodes))
+
+
+def ensemble_weights(weights: list[float] | None, members: int) -> np.ndarray:
+    """float64 [members] weights summing to 1: equal by default; else the given ones, refused unless
+    finite, non-negative and not all zero. Divided by their largest first: the sum of 1e308 and
+    1e308 is inf, which would turn every mean into 0."""
+    if weights is None:
+        return np.full(members, 1.0 / members)
+    w = np.asarray(weights, np.float64)
+    if len(w) != members or not np.isfinite(w).all() or (w < 0).any() or not (w > 0).any():
+        raise UserError(f"--weights: give one weight per export ({members}), finite, >= 0 and not all 0; got {weights}")
+    w = w / w.max()
+    return w / w.sum()
+
+
 class Predictor:
     """Predictions of one or more exports for molecules, batch by batch (records made once per
     distinct featurisation among the exports)."""
@@ -109,41 +146,53 @@ class Predictor:
             if export.target_names != names:
                 raise UserError(f"{export.path}: predicts {export.target_names}, {exports[0].path} predicts {names}: "
                                 "an ensemble's members predict the same targets")
-        if weights is not None and (len(weights) != len(exports) or not all(np.isfinite(w) and w > 0 for w in weights)):
-            raise UserError(f"--weights: give one positive weight per export ({len(exports)}), got {weights}")
         self.exports, self.target_names = exports, names
-        self.weights = np.asarray(weights if weights is not None else [1.0] * len(exports), np.float64)
+        self.weights = ensemble_weights(weights, len(exports))
 
-    def scores(self, export: LoadedExport, records: list[Record]) -> np.ndarray:
-        """float [n, T] predictions of one export for these records."""
-        return batch_scores(export, collate(records, export.keys, export.path_dist))
+    def scores(self, export: LoadedExport, records: list[Record], batch_size: int) -> np.ndarray:
+        """float [n, T] predictions of one export for these records, in batches of `batch_size`
+        molecules within a budget of padded node pairs (inference.padded_batches)."""
+        out = np.empty((len(records), len(self.target_names)), np.float32)
+        for members in padded_batches(records, batch_size):
+            out[members] = batch_scores(export, collate([records[i] for i in members], export.keys, export.path_dist))
+        return out
 
     def smiles(self, smiles: list[str]) -> tuple[np.ndarray, list[str]]:
-        """(predictions [members, n, T], NaN where a molecule was rejected; reason per molecule, "" if none)."""
+        """(predictions [members, n, T], NaN where a molecule was rejected; reason per molecule, "" if
+        none: a row without a prediction always has one)."""
         out = np.full((len(self.exports), len(smiles), len(self.target_names)), np.nan, np.float32)
         reasons = [""] * len(smiles)
         made: dict[ShardOptions, tuple[list[Record], list[int]]] = {}
         for member, export in enumerate(self.exports):
             if isinstance(export, KernelExport):
-                bits, parsed = ecfp_parsed(smiles)
+                bits, unread = ecfp_rows(smiles, export.backbone.options.max_nodes)
                 z, why = graph_representation(export.backbone, smiles)
-                kept = parsed & ~np.isnan(z).any(axis=1)
+                kept = np.array([not (a or b) for a, b in zip(unread, why)], bool)
                 out[member, kept, 0] = export.svr.predict(bits[kept], z[kept])
                 for row in np.flatnonzero(~kept):
-                    reasons[row] = reasons[row] or why[row] or ("empty_smiles" if not smiles[row] else "invalid_smiles")
+                    reasons[row] = reasons[row] or why[row] or unread[row]
                 continue
             if isinstance(export, FingerprintExport):
-                bits, parsed = ecfp_parsed(smiles)
-                out[member, parsed, 0] = export.svr.predict(bits[parsed])
-                for row in np.flatnonzero(~parsed):
-                    reasons[row] = reasons[row] or ("empty_smiles" if not smiles[row] else "invalid_smiles")
+                bits, unread = ecfp_rows(smiles, export.max_nodes)
+                kept = np.array([not why for why in unread], bool)
+                out[member, kept, 0] = export.svr.predict(bits[kept])
+                for row in np.flatnonzero(~kept):
+                    reasons[row] = reasons[row] or unread[row]
                 continue
             if export.options not in made:
                 made[export.options] = molecule_records(smiles, export.options, reasons)
             records, rows = made[export.options]
             if records:
-                out[member, rows] = self.scores(export, records)
+                out[member, rows] = self.scores(export, records, len(smiles))  # the caller's batch
+        for row in np.flatnonzero(not_finite(out)):
+            reasons[row] = reasons[row] or "prediction_not_finite"
         return out, reasons
+
+
+def not_finite(values: np.ndarray) -> np.ndarray:
+    """bool [n]: the molecules of predictions [members, n, T] that some member gives NaN or inf
+    (a rejected molecule, or a model's output that is no number): rows that need a reason."""
+    return ~np.isfinite(values).all(axis=(0, 2))
 
 
 def predict_table(predictor: Predictor, frame: pd.DataFrame, smiles_column: str, batch_size: int, progress: bool) -> pd.DataFrame:
@@ -152,7 +201,7 @@ def predict_table(predictor: Predictor, frame: pd.DataFrame, smiles_column: str,
     taken = [c for c in [*prediction_columns(empty, predictor.target_names).columns, "reason"] if c in frame.columns]
     if taken:
         raise UserError(f"--input has a column {taken[0]!r}, which predict writes; rename it")
-    smiles = frame[smiles_column].astype(object).where(frame[smiles_column].notna(), "").astype(str).tolist()
+    smiles = text_column(frame[smiles_column])
     parts, reasons = [], []
     with tqdm(total=len(smiles), unit="mol", desc="predict", disable=not progress) as bar:
         for start in range(0, len(smiles), batch_size):
@@ -167,11 +216,10 @@ def predict_table(predictor: Predictor, frame: pd.DataFrame, smiles_column: str,
 
 def prediction_columns(values: np.ndarray, names: list[str], weights: np.ndarray | None = None) -> pd.DataFrame:
     """<name>_pred per target (one member), or <name>_mean and <name>_std (an ensemble: over the
-    members, weighted by `weights`, NaN where any member has none)."""
+    members, weighted by `weights` (ensemble_weights: summing to 1), NaN where any member has none)."""
     if values.shape[0] == 1:
         return pd.DataFrame({f"{name}_pred": values[0, :, t] for t, name in enumerate(names)})
-    w = (np.ones(values.shape[0]) if weights is None else np.asarray(weights, np.float64))[:, None]
-    w = w / w.sum()
+    w = (ensemble_weights(None, values.shape[0]) if weights is None else np.asarray(weights, np.float64))[:, None]
     columns = {}
     for t, name in enumerate(names):
         v = values[:, :, t].astype(np.float64)
@@ -182,16 +230,22 @@ def prediction_columns(values: np.ndarray, names: list[str], weights: np.ndarray
 
 
 def predict_shards(predictor: Predictor, folder: Path, splits: list[str] | None, batch_size: int, progress: bool) -> pd.DataFrame:
-    """split, idx and prediction columns of every record of `splits` of a shard folder."""
+    """split, idx, prediction and reason columns of every record of `splits` (default: every split
+    with records) of a shard folder."""
     from gtscale.format.manifest import load_manifest
     from gtscale.loader.config import LoaderConfig
     from gtscale.loader.stream import build_loader
 
     manifest = load_manifest(folder)
-    splits = splits or list(manifest["splits"])
-    unknown = [s for s in splits if s not in manifest["splits"]]
+    unknown = [s for s in splits or [] if s not in manifest["splits"]]
     if unknown:
         raise UserError(f"--splits: {unknown[0]!r} is not a split of {folder} (has {', '.join(manifest['splits'])})")
+    splits = splits or [s for s in manifest["splits"] if manifest["splits"][s].get("samples")]  # all: those with records
+    for split in splits:
+        if not manifest["splits"][split].get("samples"):
+            raise UserError(f"--splits: split {split!r} of {folder} has no records")
+    if not splits:
+        raise UserError(f"{folder}: no split holds a record")
     for export in predictor.exports:
         if isinstance(export, (FingerprintExport, KernelExport)):
             raise UserError(f"{export.path}: an SVR export (ECFP + SVR, or the kernel SVR) reads SMILES, which shards do not keep: predict from a CSV of SMILES instead")
@@ -218,30 +272,56 @@ def predict_shards(predictor: Predictor, folder: Path, splits: list[str] | None,
                 order = np.argsort(ids)
                 idx = ids[order]
                 members.append(np.concatenate(values)[order])
-            columns = prediction_columns(np.stack(members), predictor.target_names, predictor.weights)
-            frames.append(pd.concat([pd.DataFrame({"split": split, "idx": idx}), columns], axis=1))
+            values = np.stack(members)
+            reasons = np.where(not_finite(values), "prediction_not_finite", "")
+            columns = prediction_columns(values, predictor.target_names, predictor.weights)
+            frames.append(pd.concat([pd.DataFrame({"split": split, "idx": idx}), columns, pd.DataFrame({"reason": reasons})], axis=1))
     return pd.concat(frames, ignore_index=True)
+
+
+def written_by_predict(header: list[str]) -> bool:
+    """Whether a CSV header is one predict writes: prediction columns (<name>_pred, or <name>_mean
+    and <name>_std), then `reason` (the mark by which --out may replace a file: io.claim_out_file)."""
+    return len(header) >= 2 and header[-1] == "reason" and (header[-2].endswith("_pred") or header[-2].endswith("_std"))
+
+
+def csv_header(path: Path) -> list[str] | None:
+    line = read_first_line(path)
+    return None if line is None else next(csv.reader([line]), [])
+
+
+def csv_text(table: pd.DataFrame) -> str:
+    """The table as CSV that reads back as the same rows. Lines end in \\n, and the default quoting
+    leaves a carriage return in a cell (an input's quoted cell) bare, where readers end the line:
+    such a table is written with every field quoted."""
+    text = table.to_csv(index=False)
+    return table.to_csv(index=False, quoting=csv.QUOTE_ALL) if "\r" in text else text
 
 
 def run(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be >= 1, got {args.batch_size}")
-    predictor = Predictor([load_export(Path(p)) for p in args.exports], args.weights)
+    if args.max_nodes is not None and args.max_nodes < 1:
+        raise UserError(f"--max-nodes must be >= 1, got {args.max_nodes}")
     source = Path(args.input)
+    out = claim_out_file(args.out, written_by_predict, "--out", read_mark=csv_header, inputs=[source, *args.exports],
+                         overwrite_flag="--overwrite", overwrite=args.overwrite)
+    exports = [load_export(Path(p)) for p in args.exports]
+    if args.max_nodes is not None:
+        exports = [with_max_nodes(export, args.max_nodes) for export in exports]
+    predictor = Predictor(exports, args.weights)
     if source.is_dir():
         table = predict_shards(predictor, source, [s for s in args.splits.split(",") if s] if args.splits else None,
                                args.batch_size, not args.no_progress)
     else:
-        from gtscale.prep.sources.base import read_csv, require_columns
-
-        frame = read_csv(source)
+        # Every cell as text, as written (ids keep their zeros, "NA" stays "NA"), and every line a
+        # row: a blank line is a molecule left empty, and the output's rows stay the input's.
+        frame = read_csv(source, dtype=str, na_filter=False, skip_blank_lines=False)
         require_columns(frame, [args.smiles_column], source)
         table = predict_table(predictor, frame, args.smiles_column, args.batch_size, not args.no_progress)
-    out = Path(args.out)
-    if out.is_dir():
-        raise UserError(f"--out {out}: is a folder; name the CSV to write")
     out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, table.to_csv(index=False))
-    failed = int((table["reason"] != "").sum()) if "reason" in table else 0
+    with disk_full_is_user_error(out):
+        atomic_write_text(out, csv_text(table))
+    failed = int((table["reason"] != "").sum())
     print(f"wrote {len(table)} rows to {out}" + (f" ({failed} without a prediction: see the reason column)" if failed else ""))
     return 0

@@ -37,6 +37,7 @@ class Inputs:
 
     shards: Path  # a sharded dataset (nci-tpsa, small: the shared tpsa_shards fixture)
     run: Path  # a finished 1-rank ZeRO-2 run with complete checkpoints TAGS
+    export: Path  # its export (outside the run folder)
 
 
 @dataclass
@@ -323,6 +324,80 @@ def random_bytes(path: Path) -> Path:
     return path
 
 
+# --- gtscale predict ------------------------------------------------------------------------------
+def predict_on(write: Callable[[Path, Inputs], Path], *extra: str, members: int = 1):
+    """`gtscale predict` of the shared export (`members` times: an ensemble) on the input that
+    write(tmp, inputs) makes, into tmp/out.csv."""
+    def prepare(tmp: Path, inputs: Inputs):
+        source = write(tmp, inputs)
+        return ["predict", *[str(inputs.export)] * members, "--input", str(source), "--out", str(tmp / "out.csv"), "--no-progress", *extra], tmp
+    return prepare
+
+
+def text_file(name: str, text: str) -> Callable[[Path, Inputs], Path]:
+    def write(tmp: Path, inputs: Inputs) -> Path:
+        (tmp / name).write_text(text)
+        return tmp / name
+    return write
+
+
+def packed_file(name: str, members: int = 1, cut: int = 0) -> Callable[[Path, Inputs], Path]:
+    """tmp/name: a CSV of two molecules compressed as its suffix says (a .zip of `members` files),
+    its last `cut` bytes missing."""
+    def write(tmp: Path, inputs: Inputs) -> Path:
+        import io
+        import lzma
+        import zipfile
+
+        data = b"smiles\nCCO\nCCN\n"
+        if name.endswith(".zip"):
+            buffer = io.BytesIO()
+            with zipfile.ZipFile(buffer, "w") as archive:
+                for i in range(members):
+                    archive.writestr(f"part{i}.csv", data)
+            data = buffer.getvalue()
+        elif name.endswith(".xz"):
+            data = lzma.compress(data)
+        else:  # .zst: read only where the zstandard module is installed
+            import importlib.util
+
+            if importlib.util.find_spec("zstandard") is not None:
+                pytest.skip("zstandard is installed: a .zst input is read")
+            data = b"\x28\xb5\x2f\xfd" + data
+        (tmp / name).write_bytes(data[: len(data) - cut])
+        return tmp / name
+    return write
+
+
+def users_file_at_out(tmp: Path, inputs: Inputs) -> Path:
+    (tmp / "out.csv").write_text("my,own,results\n1,2,3\n")
+    return text_file("mols.csv", "smiles\nCCO\n")(tmp, inputs)
+
+
+def input_named_out(tmp: Path, inputs: Inputs) -> Path:
+    """The input is tmp/out.csv itself (--out names it)."""
+    return text_file("out.csv", "smiles\nCCO\n")(tmp, inputs)
+
+
+def shards_with_an_empty_split(tmp: Path, inputs: Inputs) -> Path:
+    """A copy of the shared shards holding only their valid split and an empty one."""
+    import json
+
+    shards = shards_copy(tmp, inputs)
+    manifest = json.loads((shards / "manifest.json").read_text())
+    manifest["splits"] = {"valid": manifest["splits"]["valid"], "extra": {"rows": 0, "samples": 0, "shards": [], "rejected": {}}}
+    (shards / "manifest.json").write_text(json.dumps(manifest))
+    return shards
+
+
+def shard_zip_of_two(tmp: Path, inputs: Inputs):
+    source = packed_file("mols.csv.zip", members=2)(tmp, inputs)
+    return ["shard", "smiles-csv", "--input", str(source), "--out", str(tmp / "out"), "--no-progress"], tmp
+
+
+HUGE_SMILES = "C" * 10_000_000  # 10 MB: RDKit took 37 s and 5 GB over it before any structure work
+
+
 CASES = [
     # sharder input
     Case("shard-out-is-a-file", out_is_a_file, "needs a folder here, but this is a file"),
@@ -337,6 +412,24 @@ CASES = [
     Case("shard-rerun-with-another-plan", rerun_with_bigger_shards, "of an earlier plan that the new manifest does not list", code=0, changes=EVERYTHING),
     Case("shard-disk-full", shard_onto_full_disk, "no space left on the device", changes=("small/out/plan.json", "small/out/parts"),
          cleanup=unmount_small),
+    Case("shard-huge-smiles", csv_input(f"smiles,id,split,y\nCCO,a,train,1\n{HUGE_SMILES},b,train,2\n{'C' * 600},c,train,3\n"),
+         "(2 rejected", code=0, changes=EVERYTHING),
+    Case("shard-zip-of-two-files", shard_zip_of_two, "mols.csv.zip: a .zip of 2 files"),
+    # gtscale predict
+    Case("predict-out-is-a-users-file", predict_on(users_file_at_out), "--out would replace a file gtscale did not write"),
+    Case("predict-out-is-the-input", predict_on(input_named_out, "--overwrite"), "--out is the input"),
+    Case("predict-blank-line-in-one-column", predict_on(text_file("mols.csv", "smiles\nCCO\n\nCCN\n")),
+         "wrote 3 rows to", code=0, changes=("out.csv",)),
+    Case("predict-huge-smiles", predict_on(text_file("mols.csv", f"smiles\nCCO\n{HUGE_SMILES}\n{'C' * 600}\n")),
+         "(2 without a prediction", code=0, changes=("out.csv",)),
+    Case("predict-weights-infinite", predict_on(text_file("mols.csv", "smiles\nCCO\n"), "--weights", "inf", "1", members=2), "--weights: give one weight per export (2)"),
+    Case("predict-weights-all-zero", predict_on(text_file("mols.csv", "smiles\nCCO\n"), "--weights", "0", "0", members=2), "finite, >= 0 and not all 0"),
+    Case("predict-weights-negative", predict_on(text_file("mols.csv", "smiles\nCCO\n"), "--weights", "-1", "2", members=2), "finite, >= 0 and not all 0"),
+    Case("predict-shards-with-an-empty-split", predict_on(shards_with_an_empty_split), "wrote", code=0, changes=("out.csv",)),
+    Case("predict-shards-empty-split-named", predict_on(shards_with_an_empty_split, "--splits", "extra"), "--splits: split 'extra' of"),
+    Case("predict-zip-of-two-files", predict_on(packed_file("mols.csv.zip", members=2)), "mols.csv.zip: a .zip of 2 files"),
+    Case("predict-xz-cut-short", predict_on(packed_file("mols.csv.xz", cut=9)), "mols.csv.xz: not a readable CSV"),
+    Case("predict-zst-without-zstandard", predict_on(packed_file("mols.csv.zst")), "mols.csv.zst: reading .zst needs the zstandard module"),
     # output folders gtscale did not write, or inside the input
     Case("shard-out-holds-foreign-manifest", out_holding("manifest.json"), "holds files gtscale did not write (manifest.json;"),
     Case("shard-out-holds-file-named-like-a-shard", out_holding("train/train-000099.tar"), "holds files gtscale did not write (train;"),
@@ -424,7 +517,8 @@ def inputs(tmp_path_factory, tpsa_shards) -> Inputs:
     shards = tpsa_shards
     cfg = write_config(root / "run.yaml", shards, root / "run", schedule={"total_steps": 4, "warmup_steps": 1}, checkpoint={"every": 2, "keep": 2})
     assert run_ranks(1, [str(cfg)], root / "log") == [0], logs(root / "log")
-    return Inputs(shards=shards, run=root / "run")
+    assert main(["export", str(root / "run"), "--out", str(root / "export")]) == 0
+    return Inputs(shards=shards, run=root / "run", export=root / "export")
 
 
 @pytest.fixture(autouse=True)

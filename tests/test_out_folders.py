@@ -85,6 +85,27 @@ def test_a_file_is_replaced_only_when_gtscale_wrote_it(tmp_path):
         claim_out_file(tmp_path / "notes.json", ours, "--json")
 
 
+def test_a_files_mark_is_read_its_own_way_and_an_input_is_never_replaced(tmp_path):
+    from gtscale.bench.report import claim_markdown, write_markdown
+    from gtscale.io import read_first_line
+
+    write_markdown(tmp_path / "report.md", "| a |\n", "model", "--profile")
+    claim_markdown(tmp_path / "report.md", "model", "--profile")  # a Markdown report: its first line
+    (tmp_path / "notes.md").write_text("# my notes\n")
+    with pytest.raises(UserError, match="--profile would replace a file gtscale did not write; choose a new file name$"):
+        claim_markdown(tmp_path / "notes.md", "model", "--profile")
+    ours = lambda line: line.endswith(",reason")  # noqa: E731
+    with pytest.raises(UserError, match=r"choose a new file name \(or pass --overwrite to replace it\)"):
+        claim_out_file(tmp_path / "notes.md", ours, "--out", read_mark=read_first_line, overwrite_flag="--overwrite")
+    claim_out_file(tmp_path / "notes.md", ours, "--out", read_mark=read_first_line, overwrite_flag="--overwrite", overwrite=True)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "x.csv").write_text("smiles\n")
+    (tmp_path / "hard.csv").hardlink_to(tmp_path / "in" / "x.csv")
+    for out, what in [(tmp_path / "in" / "x.csv", "is the input"), (tmp_path / "hard.csv", "is the input"), (tmp_path / "in" / "y.csv", "inside the input")]:
+        with pytest.raises(UserError, match=what):
+            claim_out_file(out, ours, "--out", read_mark=read_first_line, inputs=[tmp_path / "in" / "x.csv", tmp_path / "in", None], overwrite=True)
+
+
 # --- every command that writes a folder -------------------------------------------------------------
 def test_shard_keeps_a_foreign_manifest(tmp_path, capsys):
     out = tmp_path / "out"

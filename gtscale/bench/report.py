@@ -7,8 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from gtscale.errors import UserError
-from gtscale.io import atomic_write_text, claim_out_file
+from gtscale.io import atomic_write_text, claim_out_file, read_first_line
 
 CREATED_BY = "created_by"
 
@@ -39,13 +38,8 @@ def _markdown_mark(bench: str) -> str:
 def claim_markdown(path: str | os.PathLike | None, bench: str, option: str) -> None:
     """Refuse, before the benchmark runs, an `option` path holding a file gtscale did not write
     (a Markdown report is ours when it starts with the line write_markdown puts first)."""
-    if path is None:
-        return
-    path = Path(path)
-    if path.is_dir():
-        raise UserError(f"{path}: {option} needs a file here, but this is a folder")
-    if path.exists() and not path.read_text(errors="replace").startswith(_markdown_mark(bench)):
-        raise UserError(f"{path}: {option} would replace a file gtscale did not write; choose a new file name")
+    if path is not None:
+        claim_out_file(path, lambda line: line == _markdown_mark(bench).rstrip("\n"), option, read_mark=read_first_line)
 
 
 def write_markdown(path: str | os.PathLike, text: str, bench: str, option: str) -> None:

@@ -25,6 +25,7 @@ import numpy as np
 
 from gtscale.errors import UserError
 from gtscale.format.manifest import load_manifest
+from gtscale.prep.molecule_limits import DEFAULT_MAX_ATOMS, size_reason
 
 RADIUS, BITS = 2, 2048
 SVR_C = (0.1, 1.0, 10.0, 100.0)
@@ -49,32 +50,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trees", type=int, default=RF_TREES, help=f"random forest size (default {RF_TREES})")
 
 
-def ecfp(smiles: list[str]) -> np.ndarray:
-    """[n, 2048] uint8 Morgan bits (radius 2) of each molecule; a UserError for one RDKit cannot parse."""
-    bits, parsed = ecfp_parsed(smiles)
-    if not parsed.all():
-        row = int(np.flatnonzero(~parsed)[0])
-        raise UserError(f"SMILES {smiles[row]!r} (row {row}) does not parse")
+def ecfp(smiles: list[str], max_atoms: int = DEFAULT_MAX_ATOMS) -> np.ndarray:
+    """[n, 2048] uint8 Morgan bits (radius 2) of each molecule; a UserError for one that is not read."""
+    bits, reasons = ecfp_rows(smiles, max_atoms)
+    row = next((i for i, reason in enumerate(reasons) if reason), None)
+    if row is not None:
+        raise UserError(f"SMILES {smiles[row][:80]!r} (row {row}) is not read ({reasons[row]})")
     return bits
 
 
-def ecfp_parsed(smiles: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """([n, 2048] uint8 Morgan bits, radius 2, zero where RDKit cannot parse; [n] bool: parsed)."""
-    from rdkit import Chem, RDLogger
+def ecfp_rows(smiles: list[str], max_atoms: int = DEFAULT_MAX_ATOMS) -> tuple[np.ndarray, list[str]]:
+    """([n, 2048] uint8 Morgan bits, radius 2, zero where a molecule is not read; [n] reasons, "" where
+    it is). A SMILES larger than `max_atoms` allows is refused before RDKit parses it (molecule_limits)."""
     from rdkit.Chem import rdFingerprintGenerator
+
+    from gtscale.prep.featurize import FeaturizeError, parse_smiles  # the sharder's parse: its reasons, RDKit's log silenced
 
     generator = rdFingerprintGenerator.GetMorganGenerator(radius=RADIUS, fpSize=BITS)
     out = np.zeros((len(smiles), BITS), dtype=np.uint8)
-    parsed = np.zeros(len(smiles), dtype=bool)
-    RDLogger.DisableLog("rdApp.*")  # an unparsable row is reported by the caller, once
-    try:
-        for i, s in enumerate(smiles):
-            mol = Chem.MolFromSmiles(s) if s else None
-            if mol is not None:
-                out[i], parsed[i] = generator.GetFingerprintAsNumPy(mol), True
-    finally:
-        RDLogger.EnableLog("rdApp.*")
-    return out, parsed
+    reasons = [size_reason(s, max_atoms) or "" for s in smiles]
+    for i, s in enumerate(smiles):
+        if reasons[i]:
+            continue
+        try:
+            out[i] = generator.GetFingerprintAsNumPy(parse_smiles(s))
+        except FeaturizeError as err:
+            reasons[i] = err.reason
+    return out, reasons
 
 
 def tanimoto(a: np.ndarray, b: np.ndarray) -> np.ndarray:

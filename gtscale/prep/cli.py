@@ -9,6 +9,8 @@ from pathlib import Path
 
 from gtscale.prep import graph_features
 from gtscale.prep.datasets import DATASETS, read_dataset
+from gtscale.prep.molecule_limits import DEFAULT_MAX_ATOMS
+from gtscale.prep.sources.smiles import is_smi
 from gtscale.prep.structure import StructureOptions
 from gtscale.errors import UserError
 from gtscale.format.manifest import duplicate_note, merge_parts
@@ -23,7 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--part", type=int, default=0, help="which part this process writes, 0-based (SLURM: $SLURM_ARRAY_TASK_ID)")
     parser.add_argument("--num-parts", type=int, default=1, help="parts the run is split into across machines; merge with `gtscale merge-parts`")
     parser.add_argument("--shard-size", type=int, default=10_000, help="records per shard (default 10000)")
-    parser.add_argument("--max-nodes", type=int, default=None, help="reject molecules with more atoms than this")
+    parser.add_argument("--max-nodes", type=int, default=None,
+                        help="reject molecules with more atoms than this, before parsing them (default: no limit; "
+                        f"smiles-csv, whose SMILES are the user's: {DEFAULT_MAX_ATOMS})")
     parser.add_argument("--svd-rank", type=int, default=8, help="r of EGT's SVD encoding; 0 = off (default 8)")
     parser.add_argument("--lap-k", type=int, default=8, help="Laplacian eigenpairs; 0 = off (default 8)")
     parser.add_argument("--no-spd", action="store_true", help="skip shortest paths and predecessors")
@@ -47,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "rdkit-fast: the ten cheap ones (MolWt, MolLogP, TPSA, MolMR, counts, FractionCSP3), for corpora of millions")
     parser.add_argument("--dataset", dest="subset", default=None, help="moleculeace: which benchmark set, e.g. CHEMBL214_Ki")
     table = parser.add_argument_group("smiles-csv options")
-    table.add_argument("--input", help="the .csv / .smi file (optionally .gz)")
+    table.add_argument("--input", help="the .csv / .smi file (optionally .gz, .bz2, .xz, a one-file .zip, or .zst with the zstandard module)")
     table.add_argument("--smiles-column", default="smiles", help="SMILES column (.smi: by position, default 0)")
     table.add_argument("--id-column", default=None, help="integer id column used as idx (else row numbers)")
     table.add_argument("--target-columns", default="", help="comma-separated target columns")
@@ -73,8 +77,11 @@ def _check(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     _check(args)
-    if args.dataset == "smiles-csv" and args.input and args.input.endswith((".smi", ".smi.gz")) and args.smiles_column == "smiles":
-        args.smiles_column = "0"
+    if args.dataset == "smiles-csv":
+        if args.input and is_smi(Path(args.input)) and args.smiles_column == "smiles":
+            args.smiles_column = "0"
+        if args.max_nodes is None:  # a user's file may hold any string: bound the work per molecule
+            args.max_nodes = DEFAULT_MAX_ATOMS
     generators = graph_features.parse_generators(args.graph_features) if args.graph_features else ()
     table = read_dataset(args.dataset, args)  # reads and checks every source before anything is written
     out_dir = Path(args.out or Path("shards") / args.dataset)

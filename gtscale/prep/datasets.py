@@ -20,7 +20,7 @@ DATASETS = {
     "moses": "MOSES's 1.9 M molecules (train, test, test_scaffolds) from the installed molsets package (or --root FOLDER of its .csv.gz), "
              "for --targets rdkit-fast or rdkit-descriptors",
     "offline-union": "the unique molecules of MoleculeACE's train splits and RDKit's NCI set, for --targets rdkit-descriptors",
-    "smiles-csv": "--input FILE (.csv or .smi, optionally .gz) with --smiles-column, --target-columns",
+    "smiles-csv": "--input FILE (.csv or .smi, optionally compressed) with --smiles-column, --target-columns",
 }
 
 

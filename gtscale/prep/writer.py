@@ -26,6 +26,7 @@ from gtscale.errors import UserError
 from gtscale.format import schema
 from gtscale.prep import featurize, floyd_warshall, graph_features, structure
 from gtscale.prep.featurize import FeaturizeError, featurize_smiles, featurize_smiles_keyed, molecule_key, parse_smiles
+from gtscale.prep.molecule_limits import size_reason
 from gtscale.prep.sources.base import MoleculeTable
 from gtscale.prep.structure import StructureOptions, structure_many
 from gtscale.format.manifest import PARTS_DIR, dedup_order
@@ -39,7 +40,7 @@ from gtscale.format.target_stats import TARGET_STATS, split_target_stats
 class ShardOptions:
     structure: StructureOptions = StructureOptions()
     shard_size: int = 10_000  # records planned per shard (rejected ones leave it a little smaller)
-    max_nodes: int | None = None  # molecules with more atoms are rejected as too_many_nodes
+    max_nodes: int | None = None  # molecules with more atoms are rejected as too_many_nodes (molecule_limits: before parsing)
     drop_duplicates: bool = False  # keep only the first copy of a molecule (manifest.dedup_order)
     graph_features: graph_features.GraphFeatures | None = None  # molecule-level features (graph_feat), with their train statistics
 
@@ -116,6 +117,9 @@ def featurize_rows(smiles: list[str], idx: np.ndarray, targets: np.ndarray, name
     for smi, i, y, name, known in zip(smiles, idx, targets, names, known_keys):
         if np.isinf(y).any():  # NaN marks a missing label; ±inf (also 1e39 read as float32) is no value a loss can use
             rejects.append((int(i), "target_not_finite"))
+            continue
+        if options.max_nodes is not None and (too_large := size_reason(smi, options.max_nodes)):
+            rejects.append((int(i), too_large))  # before RDKit parses it: the work per molecule stays bounded
             continue
         try:
             if known is None:

@@ -11,7 +11,7 @@ import torch
 from sklearn.svm import SVR
 
 from gtscale.cli import main
-from gtscale.experiments.ecfp import TanimotoSVR, ecfp, ecfp_parsed, tanimoto, write_svr_export
+from gtscale.experiments.ecfp import TanimotoSVR, ecfp, ecfp_rows, tanimoto, write_svr_export
 from gtscale.prep.sources.bundled import read_nci_tpsa
 
 MANIFEST = {"dataset": "moleculeace-CHEMBL0_Ki-seed0", "task": {"type": "graph", "target_names": ["y"]}}
@@ -67,7 +67,7 @@ def test_bad_weights_and_a_shard_folder_input_are_one_line_errors(fitted, tmp_pa
     csv = tmp_path / "in.csv"
     pd.DataFrame({"smiles": smiles}).to_csv(csv, index=False)
     assert main(["predict", str(export), "--weights", "1", "2", "--input", str(csv), "--out", str(tmp_path / "p.csv")]) == 2
-    assert "--weights: give one positive weight per export (1)" in capsys.readouterr().err
+    assert "--weights: give one weight per export (1)" in capsys.readouterr().err
     shards = tmp_path / "shards"
     labelled = tmp_path / "labelled.csv"
     pd.DataFrame({"smiles": smiles, "y": np.arange(len(smiles), dtype=float)}).to_csv(labelled, index=False)
@@ -103,6 +103,8 @@ def test_a_crafted_or_misshapen_svr_export_runs_nothing_and_is_refused(fitted, t
     assert len(err) == 1 and "do not fit a 2048-bit SVR" in err[0] and not (tmp_path / "p.csv").exists()
 
 
-def test_unparsable_smiles_give_zero_bits_and_a_false_flag():
-    bits, parsed = ecfp_parsed(["CCO", "not a molecule", ""])
-    assert parsed.tolist() == [True, False, False] and bits[1:].sum() == 0 and bits[0].sum() > 0
+def test_unread_smiles_give_zero_bits_and_their_reason():
+    bits, reasons = ecfp_rows(["CCO", "not a molecule", "", "C" * 20_000, "C" * 600], max_atoms=512)
+    assert reasons == ["", "invalid_smiles", "empty_smiles", "smiles_too_long", "too_many_nodes"]
+    assert bits[1:].sum() == 0 and bits[0].sum() > 0
+    assert ecfp_rows(["C" * 600], max_atoms=600)[1] == [""]

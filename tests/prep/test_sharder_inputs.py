@@ -1,11 +1,13 @@
 """Sharder input problems: --out, missing values, reruns with another plan or other code."""
 
+import importlib.util
 import json
 import os
 import shutil
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from gtscale.cli import main
 from gtscale.format import schema
@@ -228,4 +230,76 @@ def test_a_target_column_without_a_finite_value_is_refused(tmp_path, capsys):
     assert shard(*args) == 2
     line = one_error_line(capsys)
     assert "mols.csv: target column 'z' has no finite value" in line, line
+    assert not (tmp_path / "out").exists()
+
+
+def test_molecules_too_large_are_rejected_before_rdkit_reads_them(tmp_path):
+    """A user's CSV may hold any string: a 10 MB SMILES line took RDKit 37 s and 5 GB before the
+    structure work began, a 5,000-atom chain minutes and gigabytes more. smiles-csv rejects them
+    from the string (molecule_limits), by default above 512 atoms; --max-nodes moves the cap."""
+    chain = "C" * 600
+    text = f"smiles,id,split,y\nCCO,a,train,1\n{'C' * 10_000_000},b,train,2\n{chain},c,train,3\nCCN,d,test,4\n"
+    out = tmp_path / "out"
+    assert shard(*csv_args(write_csv(tmp_path, text), out, "--lap-k", "0", "--svd-rank", "0")) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["transform"]["max_nodes"] == 512
+    assert manifest["splits"]["train"]["rejected"] == {"smiles_too_long": 1, "too_many_nodes": 1}
+    assert sorted((out / "rejects.tsv").read_text().splitlines()[1:]) == ["1\ttrain\tsmiles_too_long", "2\ttrain\ttoo_many_nodes"]
+    wider = tmp_path / "wider"
+    assert shard(*csv_args(write_csv(tmp_path, text), wider, "--lap-k", "0", "--svd-rank", "0", "--max-nodes", "600")) == 0
+    assert json.loads((wider / "manifest.json").read_text())["splits"]["train"]["rejected"] == {"smiles_too_long": 1}
+
+
+def compressed(path: Path, kind: str) -> Path:
+    """`path` written as `kind`: what pandas reads with the standard library, and what it cannot."""
+    import bz2
+    import gzip
+    import lzma
+    import tarfile
+    import zipfile
+
+    data = path.read_bytes()
+    if kind in ("gz", "bz2", "xz"):
+        target = path.with_name(f"{path.name}.{kind}")
+        target.write_bytes({"gz": gzip.compress, "bz2": bz2.compress, "xz": lzma.compress}[kind](data))
+    elif kind in ("zip", "zip-of-two"):
+        target = path.with_name(f"{path.name}.zip")
+        with zipfile.ZipFile(target, "w") as archive:
+            archive.writestr(path.name, data)
+            if kind == "zip-of-two":
+                archive.writestr("notes.csv", data)
+    elif kind == "tar.gz":
+        target = path.with_name(f"{path.name}.tar.gz")
+        with tarfile.open(target, "w:gz") as archive:
+            archive.add(path, arcname=path.name)
+    elif kind == "damaged-xz":
+        target = path.with_name(f"{path.name}.xz")
+        target.write_bytes(lzma.compress(data)[:-20])
+    else:  # zst, read only where the zstandard module is installed
+        target = path.with_name(f"{path.name}.zst")
+        target.write_bytes(b"\x28\xb5\x2f\xfd" + data)
+    return target
+
+
+@pytest.mark.parametrize("kind", ["gz", "bz2", "xz", "zip"])
+def test_compressed_csvs_shard_like_the_plain_one(tmp_path, kind):
+    plain, packed = tmp_path / "plain", tmp_path / "packed"
+    assert shard(*csv_args(write_csv(tmp_path), plain, "--lap-k", "0", "--svd-rank", "0")) == 0
+    assert shard(*csv_args(compressed(write_csv(tmp_path), kind), packed, "--lap-k", "0", "--svd-rank", "0")) == 0
+    samples = [json.loads((out / "manifest.json").read_text())["splits"]["train"]["samples"] for out in (plain, packed)]
+    assert samples == [2, 2]
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("zip-of-two", "a .zip of 2 files (mols.csv, notes.csv); give a .zip of one CSV"),
+    ("tar.gz", "a tar archive; give the CSV itself"),
+    ("damaged-xz", "not a readable CSV"),
+    pytest.param("zst", "reading .zst needs the zstandard module", marks=pytest.mark.skipif(
+        importlib.util.find_spec("zstandard") is not None, reason="zstandard is installed: .zst is read")),
+])
+def test_a_compressed_csv_pandas_cannot_read_is_one_line(tmp_path, capsys, kind, message):
+    path = compressed(write_csv(tmp_path), kind)
+    assert shard(*csv_args(path, tmp_path / "out")) == 2
+    line = one_error_line(capsys)
+    assert line.startswith(f"gtscale shard: error: {path}: ") and message in line, line
     assert not (tmp_path / "out").exists()

@@ -7,9 +7,10 @@ record's meta and back out of the trainer's gathered predictions.
 
 from __future__ import annotations
 
-import importlib.util
-
 import gzip
+import importlib.util
+import lzma
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -61,13 +62,51 @@ def require_file(path: Path) -> Path:
     return path
 
 
+#: A CSV's compression by its file name's last suffix (pandas' names): what pandas reads with the
+#: standard library, and zstd where the zstandard module is installed.
+COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".xz": "xz", ".zip": "zip", ".zst": "zstd"}
+
+
+def compression(path: Path) -> str | None:
+    """The compression to read `path` with (None: plain text); a UserError for one it cannot read."""
+    suffix = path.suffix.lower()
+    if suffix in (".tar", ".tgz") or path.name.lower().endswith((".tar.gz", ".tar.bz2", ".tar.xz", ".tar.zst")):
+        raise UserError(f"{path}: a tar archive; give the CSV itself, or compressed as .gz, .bz2, .xz or a one-file .zip")
+    method = COMPRESSIONS.get(suffix)
+    if method == "zstd" and importlib.util.find_spec("zstandard") is None:
+        raise UserError(f"{path}: reading .zst needs the zstandard module (pip install zstandard); or decompress it first")
+    if method == "zip":
+        try:
+            with zipfile.ZipFile(path) as archive:
+                members = [m.filename for m in archive.infolist() if not m.is_dir()]
+        except (zipfile.BadZipFile, OSError) as err:
+            raise UserError(f"{path}: not a readable .zip ({err})") from err
+        if len(members) != 1:
+            raise UserError(f"{path}: a .zip of {len(members)} files ({', '.join(members[:3])}{', …' if len(members) > 3 else ''}); "
+                            "give a .zip of one CSV")
+    return method
+
+
+def _decompression_errors() -> tuple[type[BaseException], ...]:
+    """What a damaged .gz, .bz2, .xz, .zip or .zst raises while pandas reads it."""
+    errors: tuple[type[BaseException], ...] = (gzip.BadGzipFile, lzma.LZMAError, zipfile.BadZipFile, EOFError, OSError)
+    if importlib.util.find_spec("zstandard") is not None:
+        import zstandard
+
+        errors += (zstandard.ZstdError,)
+    return errors
+
+
 def read_csv(path: Path, **kwargs) -> pd.DataFrame:
-    """pandas.read_csv with a one-line error naming the file when it is not a readable CSV."""
+    """pandas.read_csv, decompressing by the file name (COMPRESSIONS), with a one-line error naming
+    the file when it is not a readable CSV."""
     require_file(path)
+    method = compression(path)
     try:
-        return pd.read_csv(path, **kwargs)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, gzip.BadGzipFile, EOFError, OSError) as err:
-        raise UserError(f"{path}: not a readable CSV ({str(err).splitlines()[0]})") from err
+        return pd.read_csv(path, compression=method, **kwargs)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, *_decompression_errors()) as err:
+        detail = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise UserError(f"{path}: not a readable CSV ({detail})") from err
 
 
 def require_columns(frame: pd.DataFrame, columns: list[str], path: Path) -> None:

@@ -1,5 +1,6 @@
 """SMILES tables: CSV (with a header) or .smi (whitespace-separated, no header; columns are named
-by position, "0", "1", …), gzipped or not, with a chosen SMILES, id and target columns."""
+by position, "0", "1", …), compressed or not (base.COMPRESSIONS), with a chosen SMILES, id and
+target columns."""
 
 from __future__ import annotations
 
@@ -8,17 +9,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gtscale.prep.sources.base import MoleculeTable, TaskType, read_csv, require_columns, seeded_split, text_column
+from gtscale.prep.sources.base import COMPRESSIONS, MoleculeTable, TaskType, read_csv, require_columns, seeded_split, text_column
 from gtscale.errors import UserError
 
 
-def _is_smi(path: Path) -> bool:
-    suffixes = [s for s in path.suffixes if s != ".gz"]
+def is_smi(path: Path) -> bool:
+    """Whether `path` names a .smi file, compressed or not."""
+    suffixes = [s for s in path.suffixes if s.lower() not in COMPRESSIONS]
     return bool(suffixes) and suffixes[-1] == ".smi"
 
 
 def read_table(path: Path) -> pd.DataFrame:
-    if _is_smi(path):
+    if is_smi(path):
         frame = read_csv(path, sep=r"\s+", header=None)  # no comment char: "#" is a SMILES triple bond
         frame.columns = [str(c) for c in frame.columns]
         return frame
