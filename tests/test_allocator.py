@@ -15,13 +15,14 @@ STEP_FAULTS = r"""
 import resource, sys, torch
 from gtscale.allocator import keep_freed_memory
 tuned = keep_freed_memory() if sys.argv[1] == "tuned" else None
-from gtscale.bench.model import _graph_head, build_head, build_model, load_model_config, molecule_batch, sample_molecules
+from gtscale.bench.molecules import molecule_batch, sample_molecules
+from gtscale.models import build_head, build_model, load_model_config
 torch.set_num_threads(1)
 torch.manual_seed(0)
 cfg = load_model_config("egt-small")
 batch = molecule_batch(sample_molecules(8, 0, 51), None, cfg["svd_rank"], 0)
 model = build_model(cfg).train()
-head = build_head(_graph_head(cfg), model)
+head = build_head(cfg["head"], model)
 optimizer = torch.optim.AdamW([*model.parameters(), *head.parameters()], fused=True)
 def step():
     head(model(batch)).abs().mean().backward()

@@ -1,113 +1,197 @@
 """The package's imports point one way along the data path (README, "Architecture").
 
-format ← prep, format ← loader ← models ← train, format/prep/loader ← graphs ← train; bench and cli sit on top. A module may import
-only the packages its row allows; a violation names the file and the import.
+Every package and every top-level module of gtscale has a row below: the parts of gtscale it may
+import. format ← prep, format ← loader ← models ← train, graphs beside prep (on format, prep and
+loader; train samples node tasks from it); interop on models and format; inference on the data
+path; experiments on train, prep and inference; predict on inference and experiments; bench and
+cli on top of all of them, cli above bench (it dispatches to the benchmarks). A module without a
+row, or an import its row does not allow, fails the test, naming the file and the import.
 
-Inside a package, modules import each other without a circle. An import inside a function counts
-too: moving an import into a function to dodge a circle hides the circle from Python, not from
-this test (train/config.py did that with data_source, node_task and task_model until the
-cross-checks moved to train/preflight.py)."""
+No module of the package imports another through a circle, inside a package or across packages.
+An import inside a function counts too: moving an import into a function to dodge a circle hides
+the circle from Python, not from this test (train/config.py did that with data_source, node_task
+and task_model until the cross-checks moved to train/preflight.py). In a module that imports by
+name (importlib.import_module: cli.py and its command table), each module its strings name counts
+as imported; elsewhere such a string names what another process runs (`python -m gtscale.cli`, a
+fork server's preload), which is no import."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-import pytest
-
 import gtscale
 
 ROOT = Path(gtscale.__file__).parent
-#: package → gtscale packages it may import (besides itself and the shared leaf modules)
+
+#: The leaves every part may use: errors, atomic writes, YAML loading, and the package's own
+#: __init__ (its version).
+SHARED = {"errors", "io", "config", "__init__"}
+#: part (package or top-level module) → the parts it may import besides itself
 ALLOWED = {
-    "format": set(),
-    "prep": {"format"},
-    "loader": {"format"},
-    "models": {"format", "loader"},
-    "train": {"format", "loader", "models", "graphs"},  # graphs: node tasks sampled online from a graph store
-    "graphs": {"format", "prep", "loader"},
-    "interop": {"format", "loader", "models"},
+    "__init__": set(),
+    "errors": set(),
+    "io": {"errors"},
+    "config": {"errors"},
+    "allocator": set(),
+    "format": SHARED,
+    "prep": SHARED | {"format"},
+    "loader": SHARED | {"format"},
+    "graphs": SHARED | {"format", "prep", "loader"},
+    "models": SHARED | {"format", "loader"},
+    "train": SHARED | {"format", "loader", "models", "graphs"},  # graphs: node tasks sampled online from a graph store
+    "interop": SHARED | {"format", "models"},
+    "inference": SHARED | {"format", "prep", "loader", "models", "train"},
+    "experiments": SHARED | {"format", "prep", "models", "train", "inference"},
+    "predict": SHARED | {"format", "prep", "loader", "models", "train", "inference", "experiments"},
+    "bench": SHARED | {"allocator", "format", "prep", "loader", "graphs", "models", "train", "interop", "inference",
+                       "experiments", "predict"},
+    "cli": SHARED | {"allocator", "format", "prep", "loader", "graphs", "models", "train", "interop", "inference",
+                     "experiments", "predict", "bench"},
 }
-#: Leaf modules of the package root that every package may use.
-SHARED = {"errors", "io", "config"}
 
 
-def gtscale_imports(path: Path) -> list[str]:
-    """Top-level gtscale subpackages or modules imported anywhere in the file (also inside functions)."""
-    found = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        names = []
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module]
-        elif isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        found += [name.split(".")[1] for name in names if name.startswith("gtscale.")]
+def package_modules(root: Path) -> dict[str, Path]:
+    """Dotted name → file of every module of the package in `root` (a folder named gtscale)."""
+    modules = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        modules[".".join(parts[: -1 if parts[-1] == "__init__" else None])] = path
+    return modules
+
+
+def part_of(module: str) -> str:
+    """The row of `module`: its top-level package or module under gtscale ("__init__" for gtscale itself)."""
+    return module.split(".")[1] if "." in module else "__init__"
+
+
+def imported_modules(name: str, path: Path, known: set[str]) -> set[str]:
+    """The modules of `known` that the module `name` (in `path`) imports anywhere, also inside
+    functions: `import a.b` gives a.b; `from a import b` gives a.b when b is a module, else a;
+    relative imports are resolved; in a file that calls importlib.import_module, every string
+    constant that names a module of `known`."""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found = set()
+    tree = ast.parse(path.read_text())
+    by_name = any(isinstance(node, ast.Attribute) and node.attr == "import_module" for node in ast.walk(tree))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join([*package[: len(package) - node.level + 1], *([node.module] if node.module else [])]) if node.level \
+                else node.module
+            found |= {f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names}
+        elif by_name and isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found.add(node.value)
+    return (found & known) - {name}
+
+
+def import_graph(root: Path) -> dict[str, list[str]]:
+    """module → the modules of the package it imports, for the package in `root`."""
+    modules = package_modules(root)
+    return {name: sorted(imported_modules(name, path, set(modules))) for name, path in modules.items()}
+
+
+def circles(graph: dict[str, list[str]]) -> list[list[str]]:
+    """Circles of a directed graph, each as the nodes it passes through, back to the first."""
+    found, state = [], {}  # state: 1 on the current path, 2 done
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for target in graph.get(node, ()):
+            if state.get(target) == 1:
+                found.append(path[path.index(target):] + [node, target])
+            elif target not in state:
+                visit(target, path + [node])
+        state[node] = 2
+
+    for node in graph:
+        if node not in state:
+            visit(node, [])
     return found
 
 
+def test_every_part_of_the_package_has_a_row():
+    parts = {part_of(name) for name in package_modules(ROOT)}
+    assert parts - set(ALLOWED) == set(), "parts without a row in ALLOWED"
+    assert set(ALLOWED) - parts == set(), "rows of parts the package no longer has"
+
+
+def test_the_rows_point_one_way():
+    assert not circles({part: sorted(allowed) for part, allowed in ALLOWED.items()})
+
+
+def violations(root: Path) -> list[str]:
+    """"file imports module" for each import of the package in `root` that its row does not allow."""
+    files = package_modules(root)
+    return [f"{files[name].relative_to(root.parent)} imports {target}" for name, targets in import_graph(root).items()
+            for target in targets if part_of(target) not in ALLOWED[part_of(name)] | {part_of(name)}]
+
+
 def test_imports_point_one_way():
-    violations = []
-    for package, allowed in ALLOWED.items():
-        for path in sorted((ROOT / package).rglob("*.py")):
-            for target in gtscale_imports(path):
-                if target != package and target not in allowed | SHARED:
-                    violations.append(f"{path.relative_to(ROOT.parent)} imports gtscale.{target}")
-    assert not violations, "\n".join(violations)
+    found = violations(ROOT)
+    assert not found, "\n".join(found)
 
 
-def test_checker_sees_a_violation(tmp_path):
-    bad = tmp_path / "bad.py"
-    bad.write_text("def f():\n    from gtscale.train.trainer import Trainer\n")
-    assert gtscale_imports(bad) == ["train"]
+def test_no_import_circles():
+    found = circles(import_graph(ROOT))
+    assert not found, "\n".join(" → ".join(circle) for circle in found)
 
 
-def module_imports(path: Path) -> set[str]:
-    """Dotted gtscale names a file imports anywhere (also inside functions); `from a import b` gives
-    both a and a.b, since b may be a module."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
-        elif isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-    return {name for name in found if name.startswith("gtscale.")}
+def _package(tmp_path: Path, files: dict[str, str]) -> Path:
+    root = tmp_path / "gtscale"
+    for relative, text in {"__init__.py": "", **files}.items():
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_text(text)
+    return root
 
 
-def import_circles(root: Path, package: str) -> list[list[str]]:
-    """Circles among the modules of `root`/`package` (root: the gtscale folder), each as the list
-    of modules it passes through, back to the first."""
-    modules = {}
-    for path in sorted((root / package).rglob("*.py")):
-        parts = path.relative_to(root).with_suffix("").parts
-        modules[".".join(("gtscale", *parts[: -1 if parts[-1] == "__init__" else None]))] = path
-    graph = {name: sorted(module_imports(path) & set(modules) - {name}) for name, path in modules.items()}
-    circles, state = [], {}  # state: 1 on the current path, 2 done
-
-    def visit(name: str, path: list[str]) -> None:
-        state[name] = 1
-        for target in graph[name]:
-            if state.get(target) == 1:
-                circles.append(path[path.index(target):] + [name, target])
-            elif target not in state:
-                visit(target, path + [name])
-        state[name] = 2
-
-    for name in graph:
-        if name not in state:
-            visit(name, [])
-    return circles
-
-
-@pytest.mark.parametrize("package", sorted(ALLOWED))
-def test_no_import_circles(package):
-    circles = import_circles(ROOT, package)
-    assert not circles, "\n".join(" → ".join(circle) for circle in circles)
+def test_checker_sees_each_form_of_import(tmp_path):
+    root = _package(tmp_path, {
+        "cli.py": 'import importlib\nCOMMANDS = {"train": "gtscale.train.cli"}\nimportlib.import_module(COMMANDS["train"])\n',
+        "train/__init__.py": "",
+        "train/cli.py": "def f():\n    from gtscale.train import config\n    from . import preflight\n",
+        "train/config.py": "from gtscale import __version__\nfrom ..format import schema\nimport gtscale.loader.stream\n",
+        "train/preflight.py": "from .config import load\n",
+        "format/__init__.py": "",
+        "format/schema.py": "",
+        "loader/__init__.py": "",
+        "loader/stream.py": "",
+        "loader/workers.py": 'PRELOAD = ["gtscale.loader.stream"]\n',
+    })
+    graph = import_graph(root)
+    assert graph["gtscale.cli"] == ["gtscale.train.cli"]  # the command table, imported by name
+    assert graph["gtscale.loader.workers"] == []  # a name for another process (a fork server's preload)
+    assert graph["gtscale.train.cli"] == ["gtscale.train.config", "gtscale.train.preflight"]
+    assert graph["gtscale.train.config"] == ["gtscale", "gtscale.format.schema", "gtscale.loader.stream"]
+    assert graph["gtscale.train.preflight"] == ["gtscale.train.config"]
+    assert [part_of(name) for name in graph["gtscale.train.config"]] == ["__init__", "format", "loader"]
 
 
 def test_checker_sees_a_circle_dodged_inside_a_function(tmp_path):
-    train = tmp_path / "train"
-    train.mkdir()
-    (train / "config.py").write_text("def load():\n    from gtscale.train.data_source import manifest\n")
-    (train / "data_source.py").write_text("from gtscale.train.config import DataConfig\n")
-    (train / "trainer.py").write_text("from gtscale.train import config, data_source\n")
-    assert import_circles(tmp_path, "train") == [["gtscale.train.config", "gtscale.train.data_source", "gtscale.train.config"]]
+    root = _package(tmp_path, {
+        "train/__init__.py": "",
+        "train/config.py": "def load():\n    from gtscale.train.data_source import manifest\n",
+        "train/data_source.py": "from gtscale.train.config import DataConfig\n",
+        "train/trainer.py": "from gtscale.train import config, data_source\n",
+    })
+    assert circles(import_graph(root)) == [["gtscale.train.config", "gtscale.train.data_source", "gtscale.train.config"]]
+
+
+def test_checker_sees_a_circle_across_packages(tmp_path):
+    root = _package(tmp_path, {
+        "cli.py": 'import importlib\n\ndef main(name):\n    importlib.import_module({"model": "gtscale.bench.model"}[name])\n',
+        "bench/__init__.py": "",
+        "bench/model.py": "def run():\n    from gtscale.cli import main\n",
+    })
+    assert circles(import_graph(root)) == [["gtscale.bench.model", "gtscale.cli", "gtscale.bench.model"]]
+
+
+def test_checker_sees_a_violation(tmp_path):
+    root = _package(tmp_path, {
+        "models/__init__.py": "",
+        "models/egt.py": "def f():\n    from gtscale.train.trainer import Trainer\n",
+        "train/__init__.py": "",
+        "train/trainer.py": "from gtscale.models import egt\n",
+    })
+    assert violations(root) == ["gtscale/models/egt.py imports gtscale.train.trainer"]

@@ -45,6 +45,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gtscale.bench.molecules import PCQM4MV2_MAX_ATOMS, molecule_batch, sample_molecules
+from gtscale.bench.step import adamw, device_named
 from gtscale.errors import UserError
 from gtscale.format.schema import SPD_UNREACHABLE
 from gtscale.interop import egt as egt_interop
@@ -338,9 +340,7 @@ def check_agreement(ours: nn.Module, theirs: nn.Module, batches: list[Batch], cf
 # --- timing --------------------------------------------------------------------------------------
 
 def _trainer(forward, params: list, target: torch.Tensor, autocast):
-    from gtscale.bench.model import _adamw
-
-    optimizer, name = _adamw(params)
+    optimizer, name = adamw(params)
 
     def step() -> None:
         with autocast:
@@ -369,8 +369,6 @@ def time_interleaved(steps: dict, count: int, warmup: int, sync) -> dict[str, li
 
 def run_authors(args: argparse.Namespace) -> int:
     """The `--authors` form of `gtscale bench model`."""
-    from gtscale.bench.model import PCQM4MV2_MAX_ATOMS, _device, molecule_batch, sample_molecules
-
     if args.batch_size < 1 or args.steps < 1 or args.warmup < 0 or args.threads < 1:
         raise UserError("--batch-size, --steps and --threads must be positive, --warmup >= 0")
     if not args.authors.is_dir():
@@ -379,7 +377,7 @@ def run_authors(args: argparse.Namespace) -> int:
     typed = parse_model_config(cfg)
     load_authors(cfg, args.authors)  # a wrong folder is an error before the batch is built
     torch.set_num_threads(args.threads)
-    device = torch.device(_device(args.device))
+    device = torch.device(device_named(args.device))
     load_before = os.getloadavg()[0]
 
     smiles = sample_molecules(args.batch_size, args.seed, args.pad_to or PCQM4MV2_MAX_ATOMS)

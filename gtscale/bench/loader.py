@@ -1,7 +1,7 @@
 """`gtscale bench loader`: what one loader worker delivers, and what bucketing saves, in one run.
 
 Shards: by default built in a temporary folder from RDKit's bundled NCI molecules, sampled to
-PCQM4Mv2's size distribution (1–51 heavy atoms, mean 14.1; `gtscale.bench.model.sample_molecules`),
+PCQM4Mv2's size distribution (1–51 heavy atoms, mean 14.1; `gtscale.bench.molecules.sample_molecules`),
 with the sharder's own featurize/structure/write_shard and its default transform (spd, degrees,
 SVD r=8, Laplacian k=8); or an existing manifest folder with `--shards DIR`.
 
@@ -61,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_nci_shards(root: Path, count: int, shard_size: int, seed: int) -> Path:
     """A manifest folder of `count` NCI molecules of PCQM4Mv2's size distribution (split 'train')."""
-    from gtscale.bench.model import PCQM4MV2_MAX_ATOMS, sample_molecules
+    from gtscale.bench.molecules import PCQM4MV2_MAX_ATOMS, sample_molecules
 
     tpsa = {}
     for line in NCI_TPSA.read_text().splitlines()[1:]:

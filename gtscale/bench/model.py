@@ -1,13 +1,7 @@
 """`gtscale bench model`: training throughput (forward + backward + AdamW) and peak memory of a
-model on one fixed, seeded batch of real molecules of PCQM4Mv2's size distribution.
-
-The batch: molecules of RDKit's bundled NCI sample (Data/NCI/first_5K.smi) with 1..51 heavy
-atoms (PCQM4Mv2's range; at most --pad-to when given), drawn without replacement with weights
-exp(λ·atoms), λ solved so that the weighted mean is PCQM4Mv2's 14.1 atoms: the distribution
-closest to NCI's own (in KL divergence) with PCQM4Mv2's mean. Molecules go through the data
-pipeline itself: gtscale.prep.featurize (identical to ogb.utils.smiles2graph), .structure, and
-the dense Batch of .collate. Each precision is measured in a fresh process, so that peak
-memory is that run's alone.
+model on one fixed, seeded batch of real molecules of PCQM4Mv2's size distribution (at most
+--pad-to atoms when given; bench/molecules.py). Each precision is measured in a fresh process, so
+that peak memory is that run's alone.
 
 Figures: graphs/s from the median step time (robust to other processes briefly taking the CPU;
 the load average before and after is printed to judge that); peak memory (CUDA:
@@ -45,21 +39,17 @@ import statistics
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
+from gtscale.bench.molecules import PCQM4MV2_MAX_ATOMS, molecule_batch, sample_molecules
 from gtscale.bench.report import claim_json, claim_markdown, write_json, write_markdown
-from gtscale.format import schema
+from gtscale.bench.step import adamw, device_named
 from gtscale.loader.batch import Batch
 from gtscale.loader.edge_batch import EdgeBatch
 from gtscale.errors import UserError
 from gtscale.models import build_head, build_model, load_model_config, parse_model_config
 from gtscale.train.compiled import prepare_inductor, private_cache_dir
 from gtscale.train.config import CompileConfig
-
-#: PCQM4Mv2's heavy-atom counts: 1..51, mean 14.1.
-PCQM4MV2_MAX_ATOMS = 51
-PCQM4MV2_MEAN_ATOMS = 14.1
 
 #: Dense peak FLOP/s by GPU name and precision (fp32 = no TF32, PyTorch's default for matmul).
 PEAK_FLOPS = {
@@ -107,65 +97,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="inductor's cache for --compile (default: training's compile.cache_dir; it must be private to you)")
 
 
-# --- the batch ---------------------------------------------------------------------------------
-
-def _nci_smiles() -> list[tuple[str, int]]:
-    """(SMILES, heavy atoms) of every parsable molecule in RDKit's NCI sample."""
-    from rdkit import Chem, RDConfig, RDLogger
-
-    RDLogger.DisableLog("rdApp.*")
-    path = Path(RDConfig.RDDataDir) / "NCI" / "first_5K.smi"
-    out = []
-    for line in path.read_text().splitlines():
-        smiles = line.split()[0] if line.strip() else ""
-        mol = Chem.MolFromSmiles(smiles) if smiles else None
-        if mol is not None and mol.GetNumAtoms() > 0:
-            out.append((smiles, mol.GetNumAtoms()))
-    return out
-
-
-def _tilt(sizes: np.ndarray, mean: float) -> np.ndarray:
-    """Probabilities ∝ exp(λ·size) whose mean size is `mean` (bisection on λ)."""
-    lo, hi = -5.0, 5.0
-    for _ in range(100):
-        lam = (lo + hi) / 2
-        w = np.exp(lam * (sizes - sizes.mean()))
-        if (w * sizes).sum() / w.sum() > mean:
-            hi = lam
-        else:
-            lo = lam
-    return w / w.sum()
-
-
-def sample_molecules(count: int, seed: int, max_atoms: int) -> list[str]:
-    """`count` NCI SMILES with PCQM4Mv2's size range and mean, fixed by `seed`."""
-    pool = [(s, n) for s, n in _nci_smiles() if 1 <= n <= min(max_atoms, PCQM4MV2_MAX_ATOMS)]
-    if len(pool) < count:
-        raise UserError(f"--batch-size: only {len(pool)} NCI molecules have at most {max_atoms} atoms")
-    sizes = np.array([n for _, n in pool], dtype=np.float64)
-    chosen = np.random.default_rng(seed).choice(len(pool), size=count, replace=False, p=_tilt(sizes, PCQM4MV2_MEAN_ATOMS))
-    return [pool[i][0] for i in chosen]
-
-
-def molecule_batch(smiles: list[str], pad_to: int | None, svd_rank: int, path_hops: int, lap_k: int = 0) -> Batch:
-    """Dense Batch of the molecules through the data pipeline's own featurizer, structure and
-    collate, padded to the largest molecule or to `pad_to` nodes."""
-    from gtscale.loader.collate import collate
-    from gtscale.format.decode import Record
-    from gtscale.prep.featurize import featurize_smiles
-    from gtscale.prep.structure import StructureOptions, structure
-
-    options = StructureOptions(svd_rank=max(svd_rank, 1), lap_k=lap_k)
-    records = []
-    for i, s in enumerate(smiles):
-        arrays = featurize_smiles(s)
-        n = arrays[schema.X].shape[0]
-        arrays.update(structure(arrays[schema.EDGE_INDEX], n, options))
-        records.append(Record(key=f"nci-{i}", shard="bench", num_nodes=n, idx=i, arrays=arrays))
-    keys = (schema.SPD, schema.IN_DEGREE, schema.OUT_DEGREE, schema.SVD_PE) + ((schema.LAP_PE,) if lap_k else ())
-    batch = collate(records, keys, max_dist=max(path_hops, 1))
-    return batch.padded(batch.num_graphs, pad_to) if pad_to and pad_to > batch.max_nodes else batch
-
+# --- the generated graph ---------------------------------------------------------------------
 
 def generated_graph(nodes: int, edges: int, graph_nodes: int | None, typed, seed: int) -> EdgeBatch:
     """A random graph as an EdgeBatch: uniform random directed edges (within each subgraph of
@@ -192,13 +124,6 @@ def generated_graph(nodes: int, edges: int, graph_nodes: int | None, typed, seed
 def _rss_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def _adamw(params) -> tuple[torch.optim.Optimizer, str]:
-    try:
-        return torch.optim.AdamW(params, lr=1e-4, fused=True), "AdamW (fused)"
-    except (RuntimeError, TypeError):  # no fused kernel for this device
-        return torch.optim.AdamW(params, lr=1e-4, foreach=True), "AdamW (foreach)"
 
 
 def _graph_head(cfg: dict) -> dict:
@@ -245,7 +170,7 @@ def measure(cfg: dict, batch: Batch | EdgeBatch, precision: str, steps: int, war
     node_task = isinstance(batch, EdgeBatch)
     head = build_head({"kind": "node", "num_outputs": 1} if node_task else _graph_head(cfg), model).to(device)
     params = list({id(p): p for p in [*model.parameters(), *head.parameters()]}.values())
-    optimizer, optimizer_name = _adamw(params)
+    optimizer, optimizer_name = adamw(params)
     target = torch.randn(batch.num_graphs, head.cfg.num_outputs, device=device)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
@@ -380,14 +305,6 @@ def profile_markdown(setup: dict, results: list[dict]) -> str:
 
 # --- the command ---------------------------------------------------------------------------------
 
-def _device(name: str) -> str:
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(f"--device: {name} requested but CUDA is not available")
-    return name
-
-
 def _print(setup: dict, results: list[dict]) -> None:
     print("model config:")
     for key, value in setup["model_config"].items():
@@ -447,7 +364,7 @@ def run(args: argparse.Namespace) -> int:
     typed = parse_model_config(cfg)
     if args.checkpointing:
         cfg["activation_checkpointing"] = True
-    device = _device(args.device)
+    device = device_named(args.device)
     if args.cuda_graphs and not device.startswith("cuda"):
         raise UserError(f"--cuda-graphs: CUDA graphs need a CUDA device, and --device is {device}")
     graph_kind = args.graph

@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -51,7 +53,6 @@ def _rate(trainer, batches, steps: int) -> float:
 
 def run(args: argparse.Namespace) -> int:
     from gtscale.bench.report import claim_json, write_json
-    from gtscale.cli import main as cli_main
 
     claim_json(args.json_path)
     from gtscale.train.launch_env import rendezvous_env
@@ -67,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
         shards = args.shards
         if shards is None:
             shards = str(Path(tmp) / "shards")
-            cli_main(["shard", "nci-tpsa", "--out", shards, "--shard-size", "1000", "--no-progress"])
+            subprocess.run([sys.executable, "-m", "gtscale.cli", "shard", "nci-tpsa", "--out", shards, "--shard-size", "1000", "--no-progress"],
+                           check=True)
         overrides = [f"data.shards={shards}", f"run_dir={tmp}/run", f"data.loader.num_workers={args.workers}",
                      "logging.progress=false", "logging.tensorboard=false", *args.overrides]
         trainer = Trainer(load_train_config(args.config, overrides))

@@ -59,7 +59,7 @@ def target_scores(batch: Batch | EdgeBatch, node_scores: torch.Tensor) -> tuple[
     rows) or [N_tot, 1] (EdgeBatch: [K] rows, the nodes listed in batch.target_node)."""
     if isinstance(batch, EdgeBatch):
         if batch.target_node is None or batch.target_id is None:
-            raise ValueError("a node-task EdgeBatch needs target and target_id")
+            raise ValueError("a node-task EdgeBatch needs target_node and target_id")
         return batch.target_id, node_scores[batch.target_node.to(node_scores.device)].reshape(-1).float()
     ids, values = target_predictions(batch, node_scores)
     return ids, values.reshape(-1).float()

@@ -180,3 +180,13 @@ def test_ego_sampler_gives_the_ego_shards_batches(ego_shards, tmp_path):
     assert idx.tolist() == expected and not np.isnan(y_true).any()
     assert "takes edge lists; data.graph (sampler ego)" in refusal(path, "model=et-tfinance", "model_overrides={}")
     assert "data.graph.fanouts: must be one or more fan-outs" in refusal(path, "data.graph.fanouts=[]")
+
+
+def test_an_edge_batch_without_targets_names_the_missing_fields():
+    from gtscale.loader.edge_batch import EdgeBatch
+    from gtscale.train.node_task import target_scores
+
+    batch = EdgeBatch(edge_index=torch.tensor([[0], [1]]), graph_index=torch.zeros(2, dtype=torch.long), num_graphs=1,
+                      node_feat=torch.ones(2, 1, dtype=torch.long), target_id=torch.tensor([7]))
+    with pytest.raises(ValueError, match="needs target_node and target_id"):
+        target_scores(batch, torch.zeros(2, 1))
