@@ -72,6 +72,24 @@ def load_failure_detail(err: BaseException) -> str:
     return f"{type(err).__name__}: {lines[0].split('. ')[0]}" if lines else type(err).__name__
 
 
+def describe_load_failure(path: str | os.PathLike, err: BaseException) -> str:
+    """Why torch.load failed on `path`, in a few words: a zip-format file (torch's own since 1.6)
+    that lacks the end record of its archive was cut short, by an interrupted copy or download,
+    whatever torch reports for it (an OSError "[Errno 22] Invalid argument" when it seeks past the
+    end); any other failure as load_failure_detail words it."""
+    import zipfile
+
+    try:
+        with open(path, "rb") as f:
+            zip_start = f.read(4) == b"PK\x03\x04"
+    except OSError:
+        zip_start = False
+    if zip_start and not zipfile.is_zipfile(path):
+        size = Path(path).stat().st_size
+        return f"cut short: a zip archive of {size:,} bytes that lacks its end record, as an interrupted copy or download leaves one"
+    return load_failure_detail(err)
+
+
 def refused_global(err: BaseException) -> str | None:
     """The global (module.name) that torch's weights-only unpickler refused to load, if that is why
     `err` was raised; None for any other failure (garbage bytes, truncation), which is not a
