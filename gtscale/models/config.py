@@ -10,7 +10,7 @@ column's vocabulary becomes rows of one flat embedding table.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Optional
 
 from gtscale.config import check_field_ranges, ranged
 from gtscale.format.schema import ATOM_FEATURE_DIMS, BOND_FEATURE_DIMS, SPD_MAX
@@ -109,6 +109,9 @@ class GraphormerConfig:
     num_spatial: int = ranged(512, low=3, high=MAX_VOCAB)  # rows of the spatial (hop) bias table; last row = unreachable
     num_edge_dis: int = ranged(128, low=1, high=MAX_LAYERS)  # per-hop weight matrices available to the edge encoding
     multi_hop_max_dist: int = ranged(5, low=1, high=MAX_HOPS)  # edges of each shortest path used by the edge encoding
+    # the authors' collator option: no attention between nodes this many hops apart or more, an
+    # unreachable pair counting as UNREACHABLE_HOPS (510); null = every pair attends (their default, 1024)
+    spatial_pos_max: Optional[int] = ranged(None, low=0)
     post_ln: bool = False  # LayerNorm after each residual sum (fairseq Graphormer) instead of before each block
     embedding_ln: bool = False  # LayerNorm on the input tokens before the first layer (encoder_normalize_before)
     final_ln: bool = True  # LayerNorm on the last layer's output (the paper's Pre-LN code; absent in fairseq's)
