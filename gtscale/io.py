@@ -30,7 +30,8 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
+        note_disk_full(err, tmp, len(text.encode()))
         tmp.unlink(missing_ok=True)  # a full disk, say: leave no half-written temporary behind
         raise
 
@@ -169,27 +170,48 @@ def claim_out_file(path: str | os.PathLike, is_ours: Callable[[dict], bool], opt
     return path
 
 
+#: errno values of a full disk or an exhausted quota.
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def note_disk_full(err: BaseException, path: str | os.PathLike, needed: int) -> None:
+    """On a full disk, record on `err` how many bytes the failed write of `path` needed (at least)
+    and how many were free at that moment: the writer calls this before it removes what it left
+    half-written, which frees space again and would make a later measure say there was room.
+    disk_full_is_user_error reports both. The first writer to note an error wins."""
+    if isinstance(err, OSError) and err.errno in DISK_FULL and not hasattr(err, "gtscale_space"):
+        err.gtscale_space = (needed, free_bytes(path))
+
+
 @contextmanager
 def disk_full_is_user_error(path: str | os.PathLike) -> Iterator[None]:
-    """Turn a full disk (or quota) while writing `path` into one line naming it and the free space.
+    """Turn a full disk (or quota) while writing `path` into one line naming it, what the write
+    needed and what was free when it failed (as the writer noted it: note_disk_full; measured
+    here for a writer that did not).
 
     The writer inside must already remove what it left half-written (ShardWriter, atomic_write_text)."""
     try:
         yield
     except OSError as err:
-        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+        if err.errno not in DISK_FULL:
             raise
-        raise UserError(f"{path}: no space left on the device ({free_space(path)} free there); free some space or choose another folder") from None
+        noted = getattr(err, "gtscale_space", None)
+        space = f"the write needed at least {readable_size(noted[0])}, {readable_size(noted[1])} was free when it failed" if noted \
+            else f"{readable_size(free_bytes(path))} free there"
+        raise UserError(f"{path}: no space left on the device ({space}); free some space or choose another folder") from None
 
 
-def free_space(path: str | os.PathLike) -> str:
-    """The free space of the file system holding `path` (or its nearest existing parent), readable."""
+def free_bytes(path: str | os.PathLike) -> int:
+    """The free bytes of the file system holding `path` (or its nearest existing parent)."""
     folder = Path(path)
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
-    free = shutil.disk_usage(folder).free
+    return shutil.disk_usage(folder).free
+
+
+def readable_size(size: float) -> str:
     for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if free < 1024 or unit == "GiB":
-            return f"{free} bytes" if unit == "bytes" else f"{free:.1f} {unit}"
-        free /= 1024
+        if size < 1024 or unit == "GiB":
+            return f"{int(size)} bytes" if unit == "bytes" else f"{size:.1f} {unit}"
+        size /= 1024
     return ""
