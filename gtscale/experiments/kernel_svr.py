@@ -45,7 +45,8 @@ def squared_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def rbf(a: np.ndarray, b: np.ndarray, gamma: float) -> np.ndarray:
-    return np.exp(-gamma * squared_distances(a, b))
+    with np.errstate(over="ignore"):  # a huge γ: −γ‖a − b‖² is −inf, and the kernel 0, as it should be
+        return np.exp(-gamma * squared_distances(a, b))
 
 
 @dataclass(frozen=True)

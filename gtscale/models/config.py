@@ -125,7 +125,7 @@ class GraphormerConfig:
         if self.hidden_dim % self.num_heads:
             raise ValueError(f"hidden_dim {self.hidden_dim} is not a multiple of num_heads {self.num_heads}")
         if not 1 <= self.multi_hop_max_dist <= self.num_edge_dis:
-            raise ValueError("multi_hop_max_dist must be between 1 and num_edge_dis")
+            raise ValueError(f"multi_hop_max_dist {self.multi_hop_max_dist} must be between 1 and num_edge_dis {self.num_edge_dis}")
         _check_vocab("node_vocab", self.node_vocab)
         _check_vocab("edge_vocab", self.edge_vocab)
 

@@ -296,7 +296,7 @@ def check_export(export: Export) -> None:
 
 def is_model(model_cfg: dict) -> bool:
     """Whether a model.yaml describes one of gtscale's models (else an SVR of experiments/)."""
-    return model_cfg.get("name") in MODELS
+    return isinstance(model_cfg.get("name"), str) and model_cfg["name"] in MODELS
 
 
 def check_model_config(model_cfg: dict, file: Path, prefix: str = "") -> HeadConfig:

@@ -375,4 +375,4 @@ def test_hop_count_beyond_the_edge_distance_table_names_the_checkpoint(how, tmp_
     argv = ["import-checkpoint", "--format", "graphormer", str(tmp_path / "ckpt.pt"), str(tmp_path / "out")]
     assert main(argv + (["--set", "multi_hop_max_dist=9"] if how == "set" else [])) == 2
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert len(lines) == 1 and f"{tmp_path / 'ckpt.pt'}: " in lines[0] and "multi_hop_max_dist must be between 1 and num_edge_dis" in lines[0]
+    assert len(lines) == 1 and f"{tmp_path / 'ckpt.pt'}: " in lines[0] and "multi_hop_max_dist 9 must be between 1 and num_edge_dis 6" in lines[0]
