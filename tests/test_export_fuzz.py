@@ -30,6 +30,8 @@ import yaml
 from export_fixtures import SMILES, UNREADABLE, kernel_export, model_export, molecules_csv, svr_export
 from gtscale.cli import main
 
+pytestmark = pytest.mark.slow
+
 SEED, MUTATIONS = 0, 48
 DELETE = "<delete>"
 VALUES = [-8, -1, 0, 1, 3, 10**9, 0.5, -0.5, 1e308, math.nan, math.inf, -math.inf, "x", "", None, True, [], [-1], [math.nan], [1, 2],
