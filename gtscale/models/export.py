@@ -148,6 +148,11 @@ class ShardsRecord:
     features: FeaturesRecord = field(default_factory=FeaturesRecord)
 
 
+#: Losses whose head outputs become predictions as score × target_scale + target_shift (the
+#: trainer resolves both to numbers for them).
+REGRESSION_LOSSES = ("l1", "mse")
+
+
 @dataclass
 class TaskRecord:
     """export.json `task`: the run's task section (train.config.TaskConfig, which `gtscale predict`
@@ -226,15 +231,18 @@ def write_export(out: Path, state: dict[str, torch.Tensor], model_cfg: dict, met
 
     The caller decides which tensors belong (the trainer drops its distance head); floating tensors
     are written as fp32, integer ones as they are; a folder that holds anything but an earlier
-    export is refused before anything is written."""
+    export, or an export that read_export would refuse (check_export), is refused before anything
+    is written."""
     out = claim_export_dir(out)
-    out.mkdir(parents=True, exist_ok=True)
     state = {k: (v.detach().float() if v.is_floating_point() else v.detach()).contiguous().clone() for k, v in state.items()}
+    meta = {**meta, "parameters": sum(v.numel() for v in state.values())}
+    check_export(Export(out, model_cfg, state, meta))
+    out.mkdir(parents=True, exist_ok=True)
     tmp = out / f"{MODEL_FILE}.{os.getpid()}.tmp"
     torch.save(state, tmp)
     tmp.replace(out / MODEL_FILE)
     atomic_write_text(out / CONFIG_FILE, yaml.safe_dump(model_cfg, sort_keys=False))
-    atomic_write_text(out / META_FILE, json.dumps({**meta, "parameters": sum(v.numel() for v in state.values())}, indent=1))
+    atomic_write_text(out / META_FILE, json.dumps(meta, indent=1))
     return out
 
 
@@ -329,7 +337,7 @@ def _check_widths(record: ExportRecord | BackboneRecord, outputs: int, head: Hea
         if head is not None and head.graph_features != (graph.dim if graph else 0):
             raise UserError(f"{where}shards.features.graph: {graph.dim if graph else 'no'} graph features, but {head_key}.graph_features "
                             f"is {head.graph_features}")
-    if task is not None and head is not None and task.loss != "bce":
+    if task is not None and head is not None and task.loss in REGRESSION_LOSSES:
         for key in ("target_shift", "target_scale"):
             value = getattr(task, key)
             if value == "auto" or (isinstance(value, list) and len(value) != outputs):

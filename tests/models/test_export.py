@@ -195,3 +195,16 @@ def test_a_model_file_cut_short_says_so(saved, tmp_path):
     cut.write_bytes((saved / "model.pt").read_bytes()[:65536])
     with pytest.raises(UserError, match=r"model.pt: not a readable weights-only model file \(cut short: a zip archive of 65,536 bytes"):
         read_weights(cut)
+
+
+def test_an_export_that_read_export_would_refuse_is_not_written(tmp_path):
+    """A run whose weights went NaN, or a writer's bad record, fails at `gtscale export`, not later
+    in whoever reads the export."""
+    cfg = small_config()
+    state = build_exported(cfg).state_dict()
+    state["head.mlp.layers.0.bias"][0] = float("nan")
+    with pytest.raises(UserError, match=r"model.pt: tensor head.mlp.layers.0.bias holds NaN"):
+        write_export(tmp_path / "e", state, cfg, {})
+    with pytest.raises(UserError, match=r"export.json: task.target_scale: must be > 0, got -1.0"):
+        write_export(tmp_path / "e", build_exported(cfg).state_dict(), cfg, {"task": {"loss": "l1", "target_scale": -1.0}})
+    assert not (tmp_path / "e").exists()
