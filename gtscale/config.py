@@ -99,11 +99,9 @@ class Range:
 
 
 def _number(value: Optional[float]) -> str:
-    return str(int(value)) if value is not None and float(value).is_integer() else f"{value:g}" if value is not None else ""
-
-
-#: Any finite number.
-FINITE = Range()
+    if value is None:
+        return ""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 def ranged(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING, low: Optional[float] = None,
