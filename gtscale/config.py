@@ -2,17 +2,20 @@
 
 Every configurable part of gtscale (a model, the loader, the trainer) is a dataclass whose fields
 carry defaults and a comment saying what they mean. `from_dict` builds one from a (nested) dict and
-rejects unknown keys and wrong types, naming the dotted key, before any work starts.
+rejects unknown keys, wrong types and values outside a field's `Range` (declared on the field with
+`ranged`), naming the dotted key, before any work starts.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import types
 import typing
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Optional, TypeVar
 
 import yaml
 
@@ -56,6 +59,70 @@ def load_yaml(path: str | Path) -> dict:
     if not isinstance(data, dict):
         raise UserError(f"{path}: top level must be a mapping of keys to values")
     return data
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a number field may take, each of a list field's numbers too: finite, and within
+    low..high (either end open, or absent). Declared once on the field (`ranged`) and checked by
+    `from_dict` whenever a config is read, so a training YAML and an export's model.yaml meet the
+    same bounds. Upper bounds keep the work of building a model from a file bounded."""
+
+    low: Optional[float] = None
+    high: Optional[float] = None
+    low_open: bool = False  # low itself is excluded
+    high_open: bool = False
+
+    def holds(self, value: Any) -> bool:
+        for number in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(number, bool) or not isinstance(number, (int, float)):
+                continue  # not a number (a Literal's "auto", a null): the type check has decided
+            if not math.isfinite(number):
+                return False
+            if self.low is not None and (number < self.low or (self.low_open and number == self.low)):
+                return False
+            if self.high is not None and (number > self.high or (self.high_open and number == self.high)):
+                return False
+        return True
+
+    def __str__(self) -> str:
+        low, high = _number(self.low), _number(self.high)
+        if self.low is not None and self.high is not None:
+            if not (self.low_open or self.high_open) and float(self.low).is_integer() and float(self.high).is_integer():
+                return f"in {low}..{high}"
+            return f"in {'(' if self.low_open else '['}{low}, {high}{')' if self.high_open else ']'}"
+        if self.low is not None:
+            return f"{'>' if self.low_open else '>='} {low}"
+        if self.high is not None:
+            return f"{'<' if self.high_open else '<='} {high}"
+        return "finite"
+
+
+def _number(value: Optional[float]) -> str:
+    if value is None:
+        return ""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def ranged(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING, low: Optional[float] = None,
+           high: Optional[float] = None, low_open: bool = False, high_open: bool = False) -> Any:
+    """A dataclass field whose value (or each number of its list) must lie in a Range."""
+    return dataclasses.field(default=default, default_factory=default_factory,
+                             metadata={"range": Range(low, high, low_open, high_open)})
+
+
+def check_range(cls: type, name: str, value: Any, key: str) -> None:
+    """UserError naming `key` unless `value` lies in the Range field `name` of `cls` declares."""
+    allowed = {f.name: f for f in dataclasses.fields(cls)}[name].metadata.get("range")
+    if allowed is not None and value is not None and not allowed.holds(value):
+        raise UserError(f"{key}: must be {allowed}{' (each value)' if isinstance(value, (list, tuple)) else ''}, got {value!r}")
+
+
+def check_field_ranges(obj: Any) -> None:
+    """Every Range of a dataclass instance's fields holds (what `from_dict` checks before building
+    one; a __post_init__ calls this so that one built in code meets the same bounds)."""
+    for f in dataclasses.fields(obj):
+        check_range(type(obj), f.name, getattr(obj, f.name), f.name)
 
 
 def _check_value(value: Any, annotation: Any, key: str) -> Any:
@@ -116,12 +183,16 @@ def _check_value(value: Any, annotation: Any, key: str) -> Any:
 
 
 def from_dict(cls: type[T], data: dict, prefix: str = "") -> T:
-    """Build dataclass `cls` from `data`; unknown keys and wrong types raise UserError naming the key."""
+    """Build dataclass `cls` from `data`; unknown keys, wrong types and values out of range raise
+    UserError naming the key. A class with `OPEN = True` types the keys it declares and leaves
+    the others as they are (to the readers of a record that other modules extend)."""
     if not isinstance(data, dict):
         raise UserError(f"{prefix.rstrip('.') or cls.__name__}: expected a mapping")
     hints = typing.get_type_hints(cls)
     known = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(known))
+    if getattr(cls, "OPEN", False):  # a record typing only the keys its readers interpret (models/export.py)
+        data, unknown = {k: v for k, v in data.items() if k in known}, []
     if unknown:
         raise UserError(
             f"{prefix}{unknown[0]}: unknown key (known: {', '.join(sorted(known))})"
@@ -133,6 +204,8 @@ def from_dict(cls: type[T], data: dict, prefix: str = "") -> T:
     ]
     if missing:
         raise UserError(f"{prefix}{missing[0]}: required key is missing")
+    for name, value in kwargs.items():  # before __post_init__, whose cross-field checks assume sane values
+        check_range(cls, name, value, f"{prefix}{name}")
     try:
         return cls(**kwargs)
     except (ValueError, TypeError) as err:  # __post_init__ validation

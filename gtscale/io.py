@@ -30,7 +30,8 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
+        note_disk_full(err, tmp, len(text.encode()))
         tmp.unlink(missing_ok=True)  # a full disk, say: leave no half-written temporary behind
         raise
 
@@ -70,6 +71,24 @@ def load_failure_detail(err: BaseException) -> str:
     paragraphs of advice around one line that says what failed (an empty EOFError says nothing)."""
     lines = [line.strip() for line in str(err).splitlines() if line.strip() and not line.strip().startswith(_TORCH_BOILERPLATE)]
     return f"{type(err).__name__}: {lines[0].split('. ')[0]}" if lines else type(err).__name__
+
+
+def describe_load_failure(path: str | os.PathLike, err: BaseException) -> str:
+    """Why torch.load failed on `path`, in a few words: a zip-format file (torch's own since 1.6)
+    that lacks the end record of its archive was cut short, by an interrupted copy or download,
+    whatever torch reports for it (an OSError "[Errno 22] Invalid argument" when it seeks past the
+    end); any other failure as load_failure_detail words it."""
+    import zipfile
+
+    try:
+        with open(path, "rb") as f:
+            zip_start = f.read(4) == b"PK\x03\x04"
+    except OSError:
+        zip_start = False
+    if zip_start and not zipfile.is_zipfile(path):
+        size = Path(path).stat().st_size
+        return f"cut short: a zip archive of {size:,} bytes that lacks its end record, as an interrupted copy or download leaves one"
+    return load_failure_detail(err)
 
 
 def refused_global(err: BaseException) -> str | None:
@@ -180,27 +199,48 @@ def claim_out_file(path: str | os.PathLike, is_ours: Callable, option: str, read
     return path
 
 
+#: errno values of a full disk or an exhausted quota.
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def note_disk_full(err: BaseException, path: str | os.PathLike, needed: int) -> None:
+    """On a full disk, record on `err` how many bytes the failed write of `path` needed (at least)
+    and how many were free at that moment: the writer calls this before it removes what it left
+    half-written, which frees space again and would make a later measure say there was room.
+    disk_full_is_user_error reports both. The first writer to note an error wins."""
+    if isinstance(err, OSError) and err.errno in DISK_FULL and not hasattr(err, "gtscale_space"):
+        err.gtscale_space = (needed, free_bytes(path))
+
+
 @contextmanager
 def disk_full_is_user_error(path: str | os.PathLike) -> Iterator[None]:
-    """Turn a full disk (or quota) while writing `path` into one line naming it and the free space.
+    """Turn a full disk (or quota) while writing `path` into one line naming it, what the write
+    needed and what was free when it failed (as the writer noted it: note_disk_full; measured
+    here for a writer that did not).
 
     The writer inside must already remove what it left half-written (ShardWriter, atomic_write_text)."""
     try:
         yield
     except OSError as err:
-        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+        if err.errno not in DISK_FULL:
             raise
-        raise UserError(f"{path}: no space left on the device ({free_space(path)} free there); free some space or choose another folder") from None
+        noted = getattr(err, "gtscale_space", None)
+        space = f"the write needed at least {readable_size(noted[0])}, {readable_size(noted[1])} was free when it failed" if noted \
+            else f"{readable_size(free_bytes(path))} free there"
+        raise UserError(f"{path}: no space left on the device ({space}); free some space or choose another folder") from None
 
 
-def free_space(path: str | os.PathLike) -> str:
-    """The free space of the file system holding `path` (or its nearest existing parent), readable."""
+def free_bytes(path: str | os.PathLike) -> int:
+    """The free bytes of the file system holding `path` (or its nearest existing parent)."""
     folder = Path(path)
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
-    free = shutil.disk_usage(folder).free
+    return shutil.disk_usage(folder).free
+
+
+def readable_size(size: float) -> str:
     for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if free < 1024 or unit == "GiB":
-            return f"{free} bytes" if unit == "bytes" else f"{free:.1f} {unit}"
-        free /= 1024
+        if size < 1024 or unit == "GiB":
+            return f"{int(size)} bytes" if unit == "bytes" else f"{size:.1f} {unit}"
+        size /= 1024
     return ""

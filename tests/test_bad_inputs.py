@@ -37,7 +37,7 @@ class Inputs:
 
     shards: Path  # a sharded dataset (nci-tpsa, small: the shared tpsa_shards fixture)
     run: Path  # a finished 1-rank ZeRO-2 run with complete checkpoints TAGS
-    export: Path  # its export (outside the run folder)
+    export: Path  # `gtscale export` of the run's latest checkpoint (with the task and shards record predict reads)
 
 
 @dataclass
@@ -398,6 +398,111 @@ def shard_zip_of_two(tmp: Path, inputs: Inputs):
 HUGE_SMILES = "C" * 10_000_000  # 10 MB: RDKit took 37 s and 5 GB over it before any structure work
 
 
+# --- exports that predict reads (models/export.py checks them as they are read) --------------------
+def _edit(path: Path, dotted: str, value) -> None:
+    """Set `dotted` (keys joined by dots) in a model.yaml or export.json to `value`."""
+    import json
+
+    import yaml
+
+    data = yaml.safe_load(path.read_text()) if path.suffix == ".yaml" else json.loads(path.read_text())
+    *parents, last = dotted.split(".")
+    node = data
+    for key in parents:
+        node = node[key]
+    node[last] = value
+    path.write_text(yaml.safe_dump(data) if path.suffix == ".yaml" else json.dumps(data))
+
+
+def _predict_argv(tmp: Path, export: Path) -> list[str]:
+    from export_fixtures import molecules_csv
+
+    return ["predict", str(export), "--input", str(molecules_csv(tmp / "mols.csv")), "--out", str(tmp / "preds.csv"), "--no-progress"]
+
+
+def predict_tampered(file: str, dotted: str, value, kind: str = "model"):
+    """`gtscale predict` of a copy of an export (the run's, an ECFP + SVR, or a kernel SVR over the
+    run's) whose `dotted` key of `file` holds `value`."""
+    def prepare(tmp: Path, inputs: Inputs):
+        from export_fixtures import kernel_export, svr_export
+
+        export = {"model": lambda: Path(shutil.copytree(inputs.export, tmp / "export")), "svr": lambda: svr_export(tmp / "export"),
+                  "kernel": lambda: kernel_export(tmp / "export", inputs.export)}[kind]()
+        _edit(export / file, dotted, value)
+        return _predict_argv(tmp, export), tmp
+    return prepare
+
+
+def predict_tensor(name: str, change: Callable, kind: str = "svr"):
+    """`gtscale predict` of an SVR export whose tensor `name` is change(tensor)."""
+    def prepare(tmp: Path, inputs: Inputs):
+        import torch
+
+        from export_fixtures import kernel_export, svr_export
+
+        export = svr_export(tmp / "export") if kind == "svr" else kernel_export(tmp / "export", inputs.export)
+        state = torch.load(export / "model.pt", weights_only=True)
+        state[name] = change(state[name].clone())
+        torch.save(state, export / "model.pt")
+        return _predict_argv(tmp, export), tmp
+    return prepare
+
+
+def _nan_first(tensor):
+    tensor.view(-1)[0] = float("nan")
+    return tensor
+
+
+def graphormer_checkpoint(tmp: Path, inputs: Inputs, **options) -> list[str]:
+    """`gtscale import-checkpoint` of a small fairseq Graphormer checkpoint with `options` saved."""
+    sys.path.insert(0, str(Path(__file__).parent / "interop"))
+    import torch
+    from helpers import randomised
+    from test_import_graphormer import RELEASED, fairseq_checkpoint
+
+    torch.save(fairseq_checkpoint(randomised(RELEASED), RELEASED, "cfg", **options), tmp / "ckpt.pt")
+    return ["import-checkpoint", "--format", "graphormer", str(tmp / "ckpt.pt"), str(tmp / "out")]
+
+
+def cut_checkpoint(tmp: Path, inputs: Inputs):
+    argv = graphormer_checkpoint(tmp, inputs)
+    (tmp / "ckpt.pt").write_bytes((tmp / "ckpt.pt").read_bytes()[:65536])
+    return argv, tmp
+
+
+def shard_linked_from_outside(*flags: str):
+    """`gtscale inspect` of a copy of the shared shards whose first shard is a link to a file outside
+    the folder (the same bytes: its checksum matches)."""
+    def prepare(tmp: Path, inputs: Inputs):
+        import json
+
+        shards = shards_copy(tmp, inputs)
+        splits = json.loads((shards / "manifest.json").read_text())["splits"]
+        first = shards / next(info["shards"][0]["path"] for info in splits.values() if info["shards"])  # the one inspect previews
+        shutil.move(first, tmp / "outside.tar")
+        first.symlink_to(tmp / "outside.tar")
+        return ["inspect", str(shards), *flags], tmp
+    return prepare
+
+
+def graph_info_corrupt(tmp: Path, inputs: Inputs):
+    import numpy as np
+
+    store = small_store(tmp)
+    indices = np.load(store / "indices.npy")
+    indices[3] = -7
+    np.save(store / "indices.npy", indices)
+    return ["graph", "info", str(store)], tmp
+
+
+def compile_cache_open_inside(tmp: Path, inputs: Inputs):
+    cache = tmp / "cache"
+    (cache / "fxgraph").mkdir(parents=True)
+    cache.chmod(0o700)
+    (cache / "fxgraph").chmod(0o777)
+    return ["bench", "model", "--model", "egt-small", "--compile", "--compile-cache", str(cache), "--steps", "1"], tmp
+
+
 CASES = [
     # sharder input
     Case("shard-out-is-a-file", out_is_a_file, "needs a folder here, but this is a file"),
@@ -499,6 +604,47 @@ CASES = [
          "disk full while checkpointing", launcher=True, changes=("mnt/run/config.yaml", "mnt/run/metrics.jsonl")),
     Case("train-deepspeed-refuses-extra", run_dir_at(lambda t: t / "run", deepspeed={"extra": {"zero_optimization": {"reduce_bucket_size": -5}}}),
          "DeepSpeed refuses the resulting config", launcher=True),
+    # exports that predict reads: a tampered value is refused as the export is read, naming file and key
+    Case("predict-export-num-heads-negative", predict_tampered("model.yaml", "num_heads", -8), "model.yaml: num_heads: must be in 1..1024, got -8"),
+    Case("predict-export-num-layers-huge", predict_tampered("model.yaml", "num_layers", 100000), "model.yaml: num_layers: must be in 1..1024"),
+    Case("predict-export-svd-rank-negative", predict_tampered("export.json", "shards.transform.svd_rank", -1),
+         "export.json: shards.transform.svd_rank: must be in 0..65536, got -1"),
+    Case("predict-export-max-nodes-text", predict_tampered("export.json", "shards.transform.max_nodes", "x"),
+         "export.json: shards.transform.max_nodes: expected an integer, got 'x'"),
+    Case("predict-export-transform-a-list", predict_tampered("export.json", "shards.transform", ["spd"]),
+         "export.json: shards.transform: expected a mapping, got list"),
+    Case("predict-export-shards-a-string", predict_tampered("export.json", "shards", "shards/tpsa"), "export.json: shards: expected a mapping, got str"),
+    Case("predict-export-unknown-graph-feature-generator",
+         predict_tampered("export.json", "shards.features.graph", {"generators": ["ecfp6"], "dim": 4096}),
+         "export.json: shards.features.graph.generators[0]: 'ecfp6' is not one of"),
+    Case("predict-export-target-scale-nan", predict_tampered("export.json", "task.target_scale", float("nan")),
+         "export.json: task.target_scale: must be > 0"),
+    Case("predict-export-target-shift-infinite", predict_tampered("export.json", "task.target_shift", [float("inf")]),
+         "export.json: task.target_shift: must be finite"),
+    Case("predict-export-target-names-wrong-length", predict_tampered("export.json", "shards.task.target_names", ["tpsa", "tpsa2"]),
+         "export.json: shards.task.target_names: 2 names for the 1 output(s)"),
+    Case("predict-svr-coef-nan", predict_tensor("coef", _nan_first), "model.pt: tensor coef holds NaN or infinity"),
+    Case("predict-svr-intercept-nan", predict_tensor("intercept", _nan_first), "model.pt: tensor intercept holds NaN or infinity"),
+    Case("predict-svr-support-wrong-shape", predict_tensor("support", lambda t: t[:, :64]), "model.pt: its support"),
+    Case("predict-svr-c-negative", predict_tampered("model.yaml", "C", -1.0, kind="svr"), "model.yaml: C: must be > 0"),
+    Case("predict-kernel-gamma-negative", predict_tampered("model.yaml", "gamma", -1.0, kind="kernel"), "model.yaml: gamma: must be > 0, got -1.0"),
+    Case("predict-kernel-gamma-infinite", predict_tampered("model.yaml", "gamma", float("inf"), kind="kernel"), "model.yaml: gamma: must be > 0, got inf"),
+    Case("predict-kernel-support-vector-nan", predict_tensor("z", _nan_first, kind="kernel"), "model.pt: tensor z holds NaN or infinity"),
+    Case("predict-kernel-backbone-num-heads", predict_tampered("model.yaml", "backbone.num_heads", -8, kind="kernel"),
+         "model.yaml: backbone.num_heads: must be in 1..1024"),
+    # foreign checkpoints: Graphormer options
+    Case("import-graphormer-table-option-disagrees",
+         lambda tmp, inputs: (graphormer_checkpoint(tmp, inputs, num_atoms=9 * 400), tmp), "option num_atoms=3600, but"),
+    Case("import-graphormer-hop-count-beyond-its-table",
+         lambda tmp, inputs: (graphormer_checkpoint(tmp, inputs, multi_hop_max_dist=9), tmp),
+         "ckpt.pt: GraphormerConfig: multi_hop_max_dist 9 must be between 1 and num_edge_dis 6"),
+    Case("import-checkpoint-cut-at-64-kib", cut_checkpoint, "ckpt.pt: not a readable PyTorch checkpoint (cut short: a zip archive of 65,536 bytes"),
+    # weak checks
+    Case("inspect-verify-shard-linked-from-outside", shard_linked_from_outside("--verify"), "a symbolic link leads out of the shard folder",
+         code=1),
+    Case("inspect-shard-linked-from-outside", shard_linked_from_outside(), "a symbolic link leads out of the shard folder"),
+    Case("graph-info-corrupt-store", graph_info_corrupt, "indices.npy: row"),
+    Case("bench-compile-cache-open-subfolder", compile_cache_open_inside, "fxgraph is writable by others"),
     Case("resume-auto-corrupt-newest", run_with(lambda c: truncate(optim_states(c / TAGS[-1])), resume="auto"),
          f"resuming from the older complete checkpoint {TAGS[0]} instead", code=0, launcher=True, changes=EVERYTHING),
 ]
@@ -517,7 +663,7 @@ def inputs(tmp_path_factory, tpsa_shards) -> Inputs:
     shards = tpsa_shards
     cfg = write_config(root / "run.yaml", shards, root / "run", schedule={"total_steps": 4, "warmup_steps": 1}, checkpoint={"every": 2, "keep": 2})
     assert run_ranks(1, [str(cfg)], root / "log") == [0], logs(root / "log")
-    assert main(["export", str(root / "run"), "--out", str(root / "export")]) == 0
+    assert main(["export", str(root / "run"), "--tag", "latest", "--out", str(root / "export")]) == 0
     return Inputs(shards=shards, run=root / "run", export=root / "export")
 
 

@@ -56,6 +56,7 @@ from gtscale.interop.mapping import invert
 from gtscale.io import atomic_write_text
 from gtscale.loader.batch import Batch
 from gtscale.models import load_model_config, parse_model_config
+from gtscale.models.graphormer import UNREACHABLE_HOPS
 from gtscale.models.outputs import Outputs
 
 #: Largest output / relative gradient difference accepted as "the same function" in fp32.
@@ -244,19 +245,24 @@ class AuthorsGraphormer(nn.Module):
 
     def inputs(self, batch: Batch, model: nn.Module) -> dict:
         """Their batched_data: atom / path-edge rows shifted by the importer's row shifts,
-        degree + 1, spatial_pos = hops + 1 with unreachable in the last row, 0 on padding; no
-        extra attention bias (their collator's -inf beyond spatial_pos_max is an input option)."""
+        degree + 1, spatial_pos = hops + 1 with unreachable in the last row, 0 on padding; the
+        attention bias their collator starts from: -inf between nodes spatial_pos_max hops apart
+        or more, where the config sets it."""
         cfg, mask = self.cfg, batch.node_mask
         pair_mask = mask[:, :, None] & mask[:, None, :]
         edge_rows = model.path_encoding.edges.rows
         spatial = torch.where(batch.spd == SPD_UNREACHABLE, cfg.num_spatial - 1, (batch.spd + 1).clamp(max=cfg.num_spatial - 2))
         b, n = mask.shape
+        attn_bias = torch.zeros(b, n + 1, n + 1)
+        if cfg.spatial_pos_max is not None:
+            far = torch.where(batch.spd == SPD_UNREACHABLE, UNREACHABLE_HOPS, batch.spd.long()) >= cfg.spatial_pos_max
+            attn_bias[:, 1:, 1:] = attn_bias[:, 1:, 1:].masked_fill(far & pair_mask, float("-inf"))
         return {
             "x": torch.where(batch.node_feat > 0, model.atom_embed.rows(batch.node_feat) + graphormer_interop.ATOM_ROW_SHIFT, 0),
             "in_degree": model._degree_rows(batch.in_degree, mask, cfg.num_in_degree),
             "out_degree": model._degree_rows(batch.out_degree, mask, cfg.num_out_degree),
             "spatial_pos": torch.where(pair_mask, spatial, 0),
-            "attn_bias": torch.zeros(b, n + 1, n + 1),
+            "attn_bias": attn_bias,
             "edge_input": torch.where(batch.path_edges > 0, edge_rows(batch.path_edges) + graphormer_interop.BOND_ROW_SHIFT, 0),
             "attn_edge_type": torch.where(batch.edge_feat > 0, edge_rows(batch.edge_feat) + graphormer_interop.BOND_ROW_SHIFT, 0),
         }

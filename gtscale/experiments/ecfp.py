@@ -20,9 +20,11 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
+from gtscale.config import from_dict, ranged
 from gtscale.errors import UserError
 from gtscale.format.manifest import load_manifest
 from gtscale.prep.molecule_limits import DEFAULT_MAX_ATOMS, size_reason
@@ -201,17 +203,42 @@ def write_svr_export(out: Path, svr: TanimotoSVR, manifest: dict) -> Path:
     return write_export(out, state, config, meta)
 
 
+@dataclass
+class SVRExportConfig:
+    """model.yaml of an ECFP + SVR export (write_svr_export)."""
+
+    name: Literal["ecfp-svr"]
+    radius: int  # of the Morgan fingerprints: RADIUS
+    bits: int  # BITS
+    C: float = ranged(low=0, low_open=True)  # the chosen regularisation (a record: prediction does not use it)
+
+
+def read_svr_config(cls: type, config: dict, model_file: str):
+    """An SVR export's model.yaml (beside `model_file`, its model.pt) as `cls`, fingerprinted
+    ECFP4's way; a UserError naming the file and key."""
+    config_file = Path(model_file).with_name("model.yaml")
+    try:
+        typed = from_dict(cls, config)
+    except UserError as err:
+        raise UserError(f"{config_file}: {err}") from None
+    if (typed.radius, typed.bits) != (RADIUS, BITS):
+        raise UserError(f"{config_file}: radius {typed.radius}, bits {typed.bits}: an SVR export reads ECFP4 (radius {RADIUS}, {BITS} bits)")
+    return typed
+
+
 def read_svr_export(config: dict, state: dict, where: str) -> TanimotoSVR:
     """The TanimotoSVR of an export written by write_svr_export (its model.yaml and model.pt, read
-    by models/export.read_export); a UserError naming `where` if they do not fit."""
+    and checked by models/export.read_export: every tensor finite); a UserError naming the file
+    and key if they do not fit. `where`: the export's model.pt."""
     import torch
 
-    if (config.get("radius"), config.get("bits")) != (RADIUS, BITS) or set(state) != {"support", "coef", "intercept"}:
-        raise UserError(f"{where}: not an ECFP4 + SVR export (radius {RADIUS}, {BITS} bits; tensors support, coef, intercept)")
+    typed = read_svr_config(SVRExportConfig, config, where)
+    if set(state) != {"support", "coef", "intercept"}:
+        raise UserError(f"{where}: holds tensors {', '.join(sorted(state))}; an ECFP4 + SVR export holds support, coef and intercept")
     support, coef = state["support"], state["coef"]
     if support.dtype != torch.uint8 or support.ndim != 2 or support.shape[1] * 8 != BITS or coef.shape != (support.shape[0],) or state["intercept"].numel() != 1:
         raise UserError(f"{where}: its support {tuple(support.shape)} and coef {tuple(coef.shape)} do not fit a {BITS}-bit SVR")
-    return TanimotoSVR(np.unpackbits(support.numpy(), axis=1), coef.double().numpy(), float(state["intercept"].double()), float(config.get("C", 0.0)))
+    return TanimotoSVR(np.unpackbits(support.numpy(), axis=1), coef.double().numpy(), float(state["intercept"].double()), typed.C)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -24,11 +24,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
+from gtscale.config import ranged
 from gtscale.errors import UserError
-from gtscale.experiments.ecfp import BITS, RADIUS, pooled, search_c, tanimoto
+from gtscale.experiments.ecfp import BITS, RADIUS, pooled, read_svr_config, search_c, tanimoto
 
 #: The weights of the representation kernel tried (with every C of the ECFP baseline).
 WEIGHTS = (0.0, 0.25, 0.5, 1.0, 2.0)
@@ -43,7 +45,8 @@ def squared_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def rbf(a: np.ndarray, b: np.ndarray, gamma: float) -> np.ndarray:
-    return np.exp(-gamma * squared_distances(a, b))
+    with np.errstate(over="ignore"):  # a huge γ: −γ‖a − b‖² is −inf, and the kernel 0, as it should be
+        return np.exp(-gamma * squared_distances(a, b))
 
 
 @dataclass(frozen=True)
@@ -106,23 +109,37 @@ def write_kernel_export(out: Path, svr: KernelSVR, backbone, manifest: dict) -> 
     return write_export(out, state, config, meta)
 
 
+@dataclass
+class KernelExportConfig:
+    """model.yaml of a kernel SVR export (write_kernel_export); its backbone config is checked
+    with every export's model config (models/export.check_export)."""
+
+    name: Literal["kernel-svr"]
+    radius: int  # of the Morgan fingerprints: ecfp.RADIUS
+    bits: int  # ecfp.BITS
+    backbone: dict
+    C: float = ranged(low=0, low_open=True)
+    weight: float = ranged(low=0)  # w of the representation kernel
+    gamma: float = ranged(low=0, low_open=True)  # γ of the RBF
+
+
 def read_kernel_export(config: dict, state: dict, where: str) -> tuple[KernelSVR, dict]:
-    """(the KernelSVR, the backbone's tensors) of an export write_kernel_export wrote; a UserError
-    naming `where` if they do not fit."""
+    """(the KernelSVR, the backbone's tensors) of an export write_kernel_export wrote (read and
+    checked by models/export.read_export: every tensor finite, the backbone's config); a
+    UserError naming the file and key if they do not fit. `where`: the export's model.pt."""
     import torch
 
+    typed = read_svr_config(KernelExportConfig, config, where)
     missing = [k for k in SVR_TENSORS if k not in state]
-    if (config.get("radius"), config.get("bits")) != (RADIUS, BITS) or missing or not isinstance(config.get("backbone"), dict):
-        raise UserError(f"{where}: not a kernel SVR export (radius {RADIUS}, {BITS} bits; tensors {', '.join(SVR_TENSORS)}; a backbone config)")
+    if missing:
+        raise UserError(f"{where}: lacks tensor(s) {', '.join(missing)} of a kernel SVR export ({', '.join(SVR_TENSORS)})")
     support, z, coef = state["support"], state["z"], state["coef"]
     m = support.shape[0] if support.ndim == 2 else -1
-    if support.dtype != torch.uint8 or support.shape[1:] != (BITS // 8,) or z.shape[0] != m or coef.shape != (m,) \
+    if support.dtype != torch.uint8 or support.shape[1:] != (BITS // 8,) or z.ndim != 2 or z.shape[0] != m or coef.shape != (m,) \
             or state["z_mean"].shape != z.shape[1:] or state["z_std"].shape != z.shape[1:] or state["intercept"].numel() != 1:
         raise UserError(f"{where}: its support {tuple(support.shape)}, z {tuple(z.shape)} and coef {tuple(coef.shape)} do not fit one kernel SVR")
-    try:
-        C, weight, gamma = float(config["C"]), float(config["weight"]), float(config["gamma"])
-    except (KeyError, TypeError, ValueError) as err:
-        raise UserError(f"{where}: model.yaml needs numbers C, weight and gamma ({err})") from err
+    if not (state["z_std"] > 0).all():
+        raise UserError(f"{where}: tensor z_std must be positive (it divides each representation dimension)")
     svr = KernelSVR(np.unpackbits(support.numpy(), axis=1), z.double().numpy(), coef.double().numpy(), float(state["intercept"].double()),
-                    C, weight, gamma, state["z_mean"].double().numpy(), state["z_std"].double().numpy())
+                    typed.C, typed.weight, typed.gamma, state["z_mean"].double().numpy(), state["z_std"].double().numpy())
     return svr, {k[len("backbone."):]: v for k, v in state.items() if k.startswith("backbone.")}

@@ -10,7 +10,7 @@ from tqdm import tqdm
 
 from gtscale.errors import UserError
 from gtscale.format.manifest import load_manifest
-from gtscale.format.shardfile import ShardError
+from gtscale.format.shardfile import ShardError, inside_folder
 from gtscale.io import sha256_file
 from gtscale.format.tario import iter_shard
 
@@ -63,7 +63,10 @@ def read_problem(path: Path) -> str | None:
 
 def verify_shard(root: Path, shard: dict) -> str | None:
     """One line naming the shard when it does not match its manifest entry, else None."""
-    path = root / shard["path"]
+    try:
+        path = inside_folder(root, shard["path"])
+    except ShardError as err:
+        return str(err)
     if not path.is_file():
         return f"{path}: missing"
     if sha256_file(path) != shard["sha256"]:
@@ -117,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     shards = [s["path"] for s in manifest["splits"][split]["shards"]] if split else []
     if not args.verify:
         if shards:
-            first = root / shards[0]
+            first = inside_folder(root, shards[0])
             if not first.is_file():
                 raise UserError(f"{first}: listed in the manifest but missing")
             problem = read_problem(first)

@@ -116,6 +116,13 @@ PRODUCED = {
     GRAPH_FEAT: Produced("`gtscale shard --graph-features morgan2048,rdkit2d` (or a subset)", "features.graph", sized=True),
 }
 
+# --- how records are made (manifest transform and features) ------------------------------------
+#: Which shortest path the path edges follow (manifest transform.paths): "bfs" (pred) or
+#: "floyd-warshall" (Graphormer's, recorded as fw_mid; prep/floyd_warshall.py).
+PATH_RULES = ("bfs", "floyd-warshall")
+#: Generators of graph_feat (manifest features.graph.generators; prep/graph_features.py computes them).
+GRAPH_FEATURE_GENERATORS = ("morgan2048", "rdkit2d")
+
 # --- sentinels -----------------------------------------------------------------------------
 #: Hop count of an unreachable pair (different connected components). Real hop counts above
 #: SPD_MAX are stored as SPD_MAX: beyond that no model distinguishes distances.
@@ -123,12 +130,16 @@ SPD_UNREACHABLE = 255
 SPD_MAX = 254
 
 
+#: The most nodes a record may hold: its predecessor matrix is uint16 at most (pred_dtype).
+MAX_NODES = int(np.iinfo(np.uint16).max)
+
+
 def pred_dtype(num_nodes: int) -> np.dtype:
     """Predecessor matrices hold node ids plus a sentinel (the dtype's max) for "no predecessor"
     (the diagonal and unreachable pairs), so uint8 serves graphs of up to 255 nodes."""
     if num_nodes <= np.iinfo(np.uint8).max:
         return np.dtype(np.uint8)
-    if num_nodes <= np.iinfo(np.uint16).max:
+    if num_nodes <= MAX_NODES:
         return np.dtype(np.uint16)
     raise ValueError(f"graph of {num_nodes} nodes is too large for a dense predecessor matrix")
 

@@ -55,10 +55,26 @@ class ShardEntry:
     """One shard as the manifest lists it."""
 
     name: str  # path relative to the manifest folder, used in every message
-    path: Path  # absolute path
+    folder: Path  # the manifest's folder
     samples: int
     bytes: int | None = None
     sha256: str | None = None
+
+    @property
+    def path(self) -> Path:
+        return self.folder / self.name
+
+
+def inside_folder(folder: Path, name: str) -> Path:
+    """folder/name, the shard file a manifest lists, once it is clear that no symbolic link on the
+    way leads out of `folder`: load_manifest refuses `..` and absolute names, but a link inside
+    the folder (a shard file, or a split folder) could still point anywhere, and a checksum proves
+    a file's bytes, not where it lies. A ShardError naming the shard otherwise."""
+    path = folder / name
+    target = path.resolve()
+    if not target.is_relative_to(folder.resolve()):
+        raise ShardError(name, None, f"a symbolic link leads out of the shard folder {folder} (to {target}); copy the file into the folder")
+    return path
 
 
 def manifest_shards(manifest: dict, split: str) -> list[ShardEntry]:
@@ -71,14 +87,15 @@ def manifest_shards(manifest: dict, split: str) -> list[ShardEntry]:
     for i, shard in enumerate(splits[split].get("shards", [])):
         if "path" not in shard or "samples" not in shard:
             raise UserError(f"{root}: manifest splits.{split}.shards[{i}] lacks 'path' or 'samples'")
-        entries.append(ShardEntry(shard["path"], root / shard["path"], int(shard["samples"]), shard.get("bytes"), shard.get("sha256")))
+        entries.append(ShardEntry(shard["path"], root, int(shard["samples"]), shard.get("bytes"), shard.get("sha256")))
     return entries
 
 
 def read_shard(entry: ShardEntry, verify: bool) -> bytes:
-    """The shard's bytes; with `verify`, its size and sha256 must match the manifest."""
+    """The shard's bytes, read from inside its folder; with `verify`, its size and sha256 must match
+    the manifest."""
     try:
-        data = entry.path.read_bytes()
+        data = inside_folder(entry.folder, entry.name).read_bytes()
     except FileNotFoundError:
         raise ShardError(entry.name, None, f"shard file is missing ({entry.path})") from None
     except OSError as err:

@@ -19,6 +19,7 @@ from typing import Iterable, Mapping
 from gtscale.format import schema
 from gtscale.format.npy import decode_npy, encode_npy
 from gtscale.format.shardfile import ShardError, iter_samples
+from gtscale.io import note_disk_full
 
 FIXED_MTIME = 0
 FIXED_MODE = 0o444
@@ -107,10 +108,13 @@ class ShardWriter:
         self._file = open(self.tmp_path, "wb", buffering=1 << 20)
         self._digest = hashlib.sha256()
         self._size = 0
+        self._writing = 0  # bytes of the write under way: what a full disk refused, at least
         self.num_samples = 0
 
     def _emit(self, data: bytes) -> None:
+        self._writing = len(data)
         self._file.write(data)
+        self._writing = 0
         self._digest.update(data)
         self._size += len(data)
 
@@ -152,6 +156,7 @@ class ShardWriter:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
+            note_disk_full(exc, self.tmp_path, self._size + self._writing)  # before abort frees the space
             self.abort()
 
 

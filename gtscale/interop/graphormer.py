@@ -9,12 +9,19 @@ computes; any other value is an error naming the option, never a silent default.
 here (graphormer/data/wrapper.py, collator.py, modules/graphormer_layers.py):
 
 - atoms: convert_to_single_emb adds 1 + 512·c and the collator 1 more, so raw value v of column c
-  reads row v + 2 + 512c of `atom_encoder`; gtscale reads row v + 1 + 512c (embeddings.py), so
-  gtscale row r = authors' row r + 1;
+  reads row v + 2 + 512c of `atom_encoder`; gtscale reads row v + 1 + 512c (embeddings.py) with
+  node_vocab [512]·9, so gtscale row r = authors' row r + 1. The 512 is the data pipeline's, fixed
+  whatever the option num_atoms sized the table to: a table of another size is copied as far as
+  both reach (rows the authors' table lacks stay zero in gtscale's: their code cannot read them);
 - bonds: one more +1 in preprocess_item, row v + 3 + 512c of `edge_encoder`; gtscale row r =
-  authors' row r + 2;
-- degree and spatial tables: both codes read row value + 1 (unreachable: the last spatial row),
-  so those tables are copied as they are;
+  authors' row r + 2, with edge_vocab [512]·3 whatever num_edges says;
+- degree tables: both codes read row degree + 1, so they are copied as they are;
+- spatial table: both read row hops + 1, and the authors' Floyd–Warshall gives an unreachable pair
+  510 hops, row 511, whatever num_spatial sized the table to: gtscale's table has AUTHORS_SPATIAL_ROWS
+  rows (its last row serves unreachable pairs), copied as far as both reach;
+- spatial_pos_max (a task option in the hydra layout): the authors' collator keeps pairs that far
+  apart from attending; gtscale's Graphormer has the same option, set from it when it masks
+  anything (below 511), and left off at the default 1024;
 - `edge_dis_encoder` is a flat [D·H·H, 1] embedding viewed as D matrices [H, H] that right-multiply
   the per-head edge embedding: gtscale's hop_weight [D, H, H] is that view;
 - q_proj / k_proj / v_proj (heads contiguous, head_dim each) are gtscale's qkv stacked;
@@ -33,11 +40,20 @@ import torch
 from gtscale.errors import UserError
 from gtscale.interop.mapping import KeyMap, shape_of
 from gtscale.interop.unpickle import opaque_fields
+from gtscale.models.graphormer import UNREACHABLE_HOPS
 
 ENC = "encoder.graph_encoder."
 NUM_ATOM_COLUMNS, NUM_BOND_COLUMNS = 9, 3
 #: gtscale row r of the atom / bond table = the authors' row r + this (see the module docstring).
 ATOM_ROW_SHIFT, BOND_ROW_SHIFT = 1, 2
+#: The per-column offset of the authors' data pipeline (wrapper.py convert_to_single_emb).
+AUTHORS_COLUMN_OFFSET = 512
+#: Rows of the spatial table the authors' data reaches: hops + 1 up to an unreachable pair's 510 + 1.
+AUTHORS_SPATIAL_ROWS = UNREACHABLE_HOPS + 2
+#: Table options → (the table whose rows they count, rows = option + this).
+TABLE_OPTIONS = {"num_atoms": (ENC + "graph_node_feature.atom_encoder.weight", 1),
+                 "num_edges": (ENC + "graph_attn_bias.edge_encoder.weight", 1),
+                 "num_spatial": (ENC + "graph_attn_bias.spatial_pos_encoder.weight", 0)}
 #: Options the weights do not determine: fairseq argument name → gtscale field, graphormer_base's value.
 OPTIONS = {"multi_hop_max_dist": ("multi_hop_max_dist", 5), "dropout": ("dropout", 0.0),
            "attention_dropout": ("attention_dropout", 0.1), "act_dropout": ("activation_dropout", 0.1)}
@@ -45,16 +61,20 @@ OPTIONS = {"multi_hop_max_dist": ("multi_hop_max_dist", 5), "dropout": ("dropout
 FIXED = {"activation_fn": "gelu", "edge_type": "multi_hop"}
 
 
-def shifted_table(table: torch.Tensor, offset: int) -> torch.Tensor:
-    """gtscale row r = authors' row r + offset for r ≥ 1. Row 0 stays the zero padding row; the
-    last `offset` gtscale rows (values beyond the authors' table, which no data reaches) are zero."""
-    out = torch.zeros_like(table)
-    out[1:table.shape[0] - offset] = table[1 + offset:]
+def shifted_table(table: torch.Tensor, offset: int, rows: int) -> torch.Tensor:
+    """A gtscale table of `rows` rows: row r = authors' row r + offset for r ≥ 1, as far as the
+    authors' table reaches. Row 0 stays the zero padding row; rows beyond the authors' table
+    (values their code cannot read) are zero."""
+    out = table.new_zeros((rows, *table.shape[1:]))
+    copied = max(0, min(rows, table.shape[0] - offset) - 1)
+    out[1:1 + copied] = table[1 + offset:1 + offset + copied]
     return out
 
 
 def fairseq_options(checkpoint: dict, where: str) -> dict:
-    """The training options: ["args"] when set (fairseq itself prefers it), else ["cfg"]["model"]."""
+    """The training options: ["args"] when set (fairseq itself prefers it), else ["cfg"]["model"],
+    with spatial_pos_max from ["cfg"]["task"] when the model options lack it (a task option of the
+    hydra-based Graphormer)."""
     if checkpoint.get("args") is not None:
         return _fields(checkpoint["args"], "args", where)
     cfg = checkpoint.get("cfg")
@@ -62,7 +82,9 @@ def fairseq_options(checkpoint: dict, where: str) -> dict:
         return {}
     if not isinstance(cfg, dict) or cfg.get("model") is None:
         raise UserError(f"{where}: 'cfg' holds no 'model' options that gtscale can read (a {_kind(cfg)})")
-    return _fields(cfg["model"], "cfg.model", where)
+    options = _fields(cfg["model"], "cfg.model", where)
+    task = _fields(cfg["task"], "cfg.task", where) if cfg.get("task") is not None else {}
+    return ({"spatial_pos_max": task["spatial_pos_max"]} if "spatial_pos_max" in task else {}) | options
 
 
 def _fields(obj, key: str, where: str) -> dict:
@@ -85,12 +107,6 @@ def fairseq_state(checkpoint, where: str) -> tuple[dict, dict]:
     raise UserError(f"{where}: not a fairseq Graphormer checkpoint (no 'model' entry with {ENC}* weights)")
 
 
-def _per_column(rows: int, columns: int, key: str, where: str) -> list[int]:
-    if (rows - 1) % columns:
-        raise UserError(f"{where}: {key} has {rows} rows, not 1 + {columns} equal vocabularies")
-    return [(rows - 1) // columns] * columns
-
-
 def model_options(options: dict, where: str) -> dict:
     """gtscale fields of the options the weights do not determine; refuses what it cannot honour."""
     for option, value in FIXED.items():
@@ -102,14 +118,26 @@ def model_options(options: dict, where: str) -> dict:
         if not isinstance(value, (int, float)) or isinstance(value, bool) or (option == "multi_hop_max_dist" and not isinstance(value, int)):
             raise UserError(f"{where}: option {option}={value!r} is not a number gtscale can use")
         fields[field] = value
+    masked = options.get("spatial_pos_max")
+    if masked is not None and (not isinstance(masked, int) or isinstance(masked, bool) or masked < 0):
+        raise UserError(f"{where}: option spatial_pos_max={masked!r} is not a hop count gtscale can use")
+    fields["spatial_pos_max"] = masked if masked is not None and masked <= UNREACHABLE_HOPS else None  # beyond: masks nothing
     return fields
+
+
+def check_table_options(state: dict, options: dict, where: str) -> None:
+    """num_atoms, num_edges and num_spatial, where recorded, are the sizes of their tables."""
+    for option, (key, extra) in TABLE_OPTIONS.items():
+        if option in options and options[option] != shape_of(state, key, where)[0] - extra:
+            raise UserError(f"{where}: option {option}={options[option]!r}, but {key} has {shape_of(state, key, where)[0]} rows")
 
 
 def model_config(state: dict, options: dict, where: str) -> dict:
     fields = model_options(options, where)
-    atom_rows, width = shape_of(state, ENC + "graph_node_feature.atom_encoder.weight", where)
+    check_table_options(state, options, where)
+    width = shape_of(state, ENC + "graph_node_feature.atom_encoder.weight", where)[1]
     heads = shape_of(state, ENC + "graph_attn_bias.spatial_pos_encoder.weight", where)[1]
-    edge_rows = shape_of(state, ENC + "graph_attn_bias.edge_encoder.weight", where)[0]
+    shape_of(state, ENC + "graph_attn_bias.edge_encoder.weight", where)
     layers = 0
     while ENC + f"layers.{layers}.fc1.weight" in state:
         layers += 1
@@ -123,10 +151,10 @@ def model_config(state: dict, options: dict, where: str) -> dict:
         "num_heads": heads,
         "num_in_degree": shape_of(state, ENC + "graph_node_feature.in_degree_encoder.weight", where)[0],
         "num_out_degree": shape_of(state, ENC + "graph_node_feature.out_degree_encoder.weight", where)[0],
-        "num_spatial": shape_of(state, ENC + "graph_attn_bias.spatial_pos_encoder.weight", where)[0],
+        "num_spatial": AUTHORS_SPATIAL_ROWS,
         "num_edge_dis": shape_of(state, ENC + "graph_attn_bias.edge_dis_encoder.weight", where)[0] // (heads * heads),
-        "node_vocab": _per_column(atom_rows, NUM_ATOM_COLUMNS, "atom_encoder", where),
-        "edge_vocab": _per_column(edge_rows, NUM_BOND_COLUMNS, "edge_encoder", where),
+        "node_vocab": [AUTHORS_COLUMN_OFFSET] * NUM_ATOM_COLUMNS,
+        "edge_vocab": [AUTHORS_COLUMN_OFFSET] * NUM_BOND_COLUMNS,
         "post_ln": ENC + "final_layer_norm.weight" not in state,
         "embedding_ln": ENC + "emb_layer_norm.weight" in state,
         "final_ln": False,
@@ -143,12 +171,13 @@ def convert(state: dict, cfg: dict, where: str, head: bool = True) -> dict:
     keys = KeyMap(state, where)
     heads = cfg["num_heads"]
     node, bias = ENC + "graph_node_feature.", ENC + "graph_attn_bias."
-    keys.put("backbone.atom_embed.table.weight", node + "atom_encoder.weight", lambda t: shifted_table(t, ATOM_ROW_SHIFT))
+    atom_rows, bond_rows = 1 + sum(cfg["node_vocab"]), 1 + sum(cfg["edge_vocab"])
+    keys.put("backbone.atom_embed.table.weight", node + "atom_encoder.weight", lambda t: shifted_table(t, ATOM_ROW_SHIFT, atom_rows))
     keys.put("backbone.in_degree.weight", node + "in_degree_encoder.weight")
     keys.put("backbone.out_degree.weight", node + "out_degree_encoder.weight")
     keys.put("backbone.graph_token", node + "graph_token.weight")
-    keys.put("backbone.spatial.weight", bias + "spatial_pos_encoder.weight")
-    keys.put("backbone.path_encoding.edges.table.weight", bias + "edge_encoder.weight", lambda t: shifted_table(t, BOND_ROW_SHIFT))
+    keys.put("backbone.spatial.weight", bias + "spatial_pos_encoder.weight", lambda t: shifted_table(t, 0, cfg["num_spatial"]))
+    keys.put("backbone.path_encoding.edges.table.weight", bias + "edge_encoder.weight", lambda t: shifted_table(t, BOND_ROW_SHIFT, bond_rows))
     keys.put("backbone.path_encoding.hop_weight", bias + "edge_dis_encoder.weight", lambda t: t.reshape(-1, heads, heads))
     keys.put("backbone.virtual_distance", bias + "graph_token_virtual_distance.weight")
     if cfg["embedding_ln"]:

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from gtscale.errors import UserError
-from gtscale.io import load_failure_detail, safe_torch_load
+from gtscale.io import describe_load_failure, safe_torch_load
 
 
 class _Refused(Exception):
@@ -109,7 +109,7 @@ def load_foreign_checkpoint(path: str | Path):
     except _Refused as err:
         raise UserError(f"{path}: refused: loading it would run code ({err})") from err
     except Exception as err:  # a corrupt or foreign file (EOFError, IndexError, struct.error, …): an input problem
-        raise UserError(f"{path}: not a readable PyTorch checkpoint ({load_failure_detail(err)})") from err
+        raise UserError(f"{path}: not a readable PyTorch checkpoint ({describe_load_failure(path, err)})") from err
 
 
 def opaque_fields(obj) -> dict:

@@ -62,7 +62,7 @@ def _split(cfg: dict) -> tuple[str, dict]:
     if not isinstance(cfg, dict):
         raise UserError(f"model config: expected a mapping, got {type(cfg).__name__}")
     name = cfg.get("name")
-    if name not in MODELS:
+    if not isinstance(name, str) or name not in MODELS:
         raise UserError(f"name: {name!r} is not a model (known: {', '.join(MODELS)})")
     return name, {k: v for k, v in cfg.items() if k not in _STRUCTURAL_KEYS}
 

@@ -12,11 +12,10 @@ Two layouts, by config switches. The default is the paper's and the v1.0 code's:
 and a LayerNorm on the output. The current microsoft/Graphormer (fairseq) code, which trained the
 released PCQM4Mv2 checkpoints, differs: `embedding_ln` (LayerNorm on h⁰ before the first layer),
 `post_ln` (h' = LN(h + MHA(h)), h = LN(h' + FFN(h'))) and no final LayerNorm (`final_ln: false`).
-Departures from the authors' code: padding keys get MASK_VALUE instead of -inf, and the collator's
-optional -inf on pairs beyond `spatial_pos_max` hops is not reproduced (PCQM4Mv2 molecules stay
-far below its default). In training, dropout masks are drawn by layers.keep_mask (drop rates
-exact to 2⁻¹⁷, not to float precision), and on a CPU attention dropout runs outside SDPA
-(attention_with_dropout: the same math with those draws).
+Departures from the authors' code: padding keys, and with `spatial_pos_max` the pairs their
+collator keeps from attending to each other, get MASK_VALUE instead of -inf. In training, dropout
+masks are drawn by layers.keep_mask (drop rates exact to 2⁻¹⁷, not to float precision), and on a
+CPU attention dropout runs outside SDPA (attention_with_dropout: the same math with those draws).
 Tables and vocabularies follow microsoft/Graphormer (graphormer_layers.py), so that
 graphormer-base with PCQM4Mv2's vocabularies has its published 47.1M parameters.
 
@@ -24,7 +23,9 @@ Index conventions of the Batch (schema.py) mapped onto Graphormer's tables, here
 - degree d → row d+1 of the degree tables (capped at the last row); row 0 is padding;
 - hop count s → row s+1 of the spatial table (capped at num_spatial-2); SPD_UNREACHABLE → the last
   row, num_spatial-1, so unreachable pairs have a bucket of their own;
-- path edge features → rows of the flat edge table by embeddings.FeatureEmbedding's offsets.
+- path edge features → rows of the flat edge table by embeddings.FeatureEmbedding's offsets;
+- spatial_pos_max compares hop counts as the authors' collator does, before the +1 of the spatial
+  row, an unreachable pair counting as UNREACHABLE_HOPS (their Floyd–Warshall's value for it).
 
 Departure (gtscale's addition for graphs that are not molecules): with node_float_dim > 0, x_i is
 a linear map of the continuous node features (Batch.node_feat_float) instead of the atom table.
@@ -128,6 +129,10 @@ class PathEncoding(nn.Module):
         return summed.view(*spd.shape, -1) / (length.unsqueeze(-1) * len(self.edges.vocab))
 
 
+#: The hop count microsoft/Graphormer's Floyd–Warshall (algos.pyx) gives an unreachable pair.
+UNREACHABLE_HOPS = 510
+
+
 class Graphormer(nn.Module):
     """Batch → Outputs(node [B, N, d], edge None, graph [B, d] = the [VNode] token)."""
 
@@ -183,7 +188,8 @@ class Graphormer(nn.Module):
 
     def attention_bias(self, batch: Batch, dtype: torch.dtype) -> torch.Tensor:
         """[B, heads, N+1, N+1] in the logits' dtype: spatial + edge encoding between nodes, t
-        between the [VNode] and everything, MASK_VALUE on padding keys."""
+        between the [VNode] and everything, MASK_VALUE on padding keys (and on pairs at least
+        spatial_pos_max hops apart)."""
         spd = batch.spd
         cfg = self.cfg
         buckets = torch.where(spd == SPD_UNREACHABLE, cfg.num_spatial - 1, (spd + 1).clamp(max=cfg.num_spatial - 2))
@@ -196,6 +202,9 @@ class Graphormer(nn.Module):
         t = self.virtual_distance.view(1, -1, 1)
         bias[:, :, 0, :] = t
         bias[:, :, 1:, 0] = t
+        if cfg.spatial_pos_max is not None:
+            far = torch.where(spd == SPD_UNREACHABLE, UNREACHABLE_HOPS, spd.long()) >= cfg.spatial_pos_max
+            bias[:, :, 1:, 1:].masked_fill_(far[:, None], MASK_VALUE)
         real_key = F.pad(batch.node_mask, (1, 0), value=True)
         return bias.masked_fill_(~real_key[:, None, None, :], MASK_VALUE)
 

@@ -30,8 +30,6 @@ import numpy as np
 
 from gtscale.format import schema
 
-PATH_RULES = ("bfs", "floyd-warshall")
-
 
 @numba.njit(cache=True, nogil=True)
 def _floyd_warshall_mid(src, dst, n, mid, no_mid):

@@ -28,8 +28,8 @@ from gtscale.format import schema
 from gtscale.prep.sources.descriptors import CLIP, compute_descriptors, descriptor_values, descriptor_names
 
 MORGAN_BITS = 2048
-#: generator name → feature width
-GENERATORS = {"morgan2048": MORGAN_BITS, "rdkit2d": len(descriptor_names())}
+#: generator name (schema.GRAPH_FEATURE_GENERATORS, in that order) → feature width
+GENERATORS = dict(zip(schema.GRAPH_FEATURE_GENERATORS, (MORGAN_BITS, len(descriptor_names())), strict=True))
 
 
 @dataclass(frozen=True)
@@ -57,12 +57,16 @@ class GraphFeatures:
             return None
         generators = tuple(entry["generators"])
         if "rdkit2d" not in generators:
-            return cls(generators)
-        stats = entry["rdkit2d"]
-        if stats["names"] != descriptor_names():
-            raise UserError(f"{where}: rdkit2d features were computed with another RDKit descriptor set ({len(stats['names'])} "
-                            f"descriptors, this RDKit has {len(descriptor_names())}); re-shard with this RDKit")
-        return cls(generators, tuple(stats["mean"]), tuple(stats["std"]))
+            features = cls(generators)
+        else:
+            stats = entry["rdkit2d"]
+            if stats["names"] != descriptor_names():
+                raise UserError(f"{where}: rdkit2d features were computed with another RDKit descriptor set ({len(stats['names'])} "
+                                f"descriptors, this RDKit has {len(descriptor_names())}); re-shard with this RDKit")
+            features = cls(generators, tuple(stats["mean"]), tuple(stats["std"]))
+        if entry.get("dim", features.dim) != features.dim:  # the width the model's head was built for
+            raise UserError(f"{where}: features.graph.dim {entry['dim']} is not the width of generators {', '.join(generators)} ({features.dim})")
+        return features
 
 
 def parse_generators(text: str) -> tuple[str, ...]:

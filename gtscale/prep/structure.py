@@ -40,8 +40,8 @@ class StructureOptions:
     def __post_init__(self):
         if self.svd_rank < 0 or self.lap_k < 0:
             raise ValueError("svd_rank and lap_k must be >= 0")
-        if self.paths not in floyd_warshall.PATH_RULES:
-            raise ValueError(f"paths must be one of {floyd_warshall.PATH_RULES}, got {self.paths!r}")
+        if self.paths not in schema.PATH_RULES:
+            raise ValueError(f"paths must be one of {schema.PATH_RULES}, got {self.paths!r}")
         if self.paths != "bfs" and not self.spd:
             raise ValueError(f"paths {self.paths!r} needs shortest paths (spd)")
 

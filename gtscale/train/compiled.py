@@ -11,10 +11,13 @@ Trust. Inductor's cache holds generated C++/Triton code and pickled graphs that 
 loaded, so a cache is code. gtscale points inductor (and Triton) at `compile.cache_dir` only when
 that directory, and every directory above it, could only have been written by you or root: owned
 by you (or root for the ancestors) and not writable by group or others (a sticky, world-writable
-ancestor such as /tmp is fine, as its entries cannot be replaced by others). Torch's default,
-/tmp/torchinductor_<user>, is a name anyone on the machine can create first; a run directory or a
-shard folder is something people copy and hand each other. A directory that fails the check is
-refused in one line, before anything is loaded from it.
+ancestor such as /tmp is fine, as its entries cannot be replaced by others), and everything
+inside it, which is what gets loaded, too: owned by you (or root), writable by nobody else (by
+group only where the group is your own primary group, as a umask of 002 leaves what you write),
+and no symbolic link out of it. Torch's default, /tmp/torchinductor_<user>, is a name anyone on
+the machine can create first; a run directory or a shard folder is something people copy and hand
+each other, and a cache copied from elsewhere or once left open keeps entries others wrote. A
+directory that fails the check is refused in one line, before anything is loaded from it.
 """
 
 from __future__ import annotations
@@ -55,7 +58,29 @@ def private_cache_dir(path: str | Path) -> Path:
                 f"compile.cache_dir {cache}: {directory} is {'owned by uid ' + str(info.st_uid) if not owner_ok else 'writable by others'}; "
                 "compiled code is loaded from it, so it must be private to you (chmod go-w, or choose another compile.cache_dir)"
             )
+    check_cache_contents(cache, uid)
     return cache
+
+
+def check_cache_contents(cache: Path, uid: int) -> None:
+    """Every folder and file below `cache` is yours (or root's) and writable by nobody else, and
+    every link stays inside it (module docstring); a UserError naming the first that is not."""
+    inside = cache.resolve()
+    for folder, dirs, files in os.walk(cache):
+        for name in (*dirs, *files):
+            path = Path(folder) / name
+            info = path.lstat()
+            if stat.S_ISLNK(info.st_mode):
+                problem = None if path.resolve().is_relative_to(inside) else f"a symbolic link out of it (to {path.resolve()})"
+            elif info.st_uid not in (uid, 0):
+                problem = f"owned by uid {info.st_uid}"
+            elif info.st_mode & stat.S_IWOTH or (info.st_mode & stat.S_IWGRP and info.st_gid != os.getgid()):
+                problem = "writable by others"
+            else:
+                problem = None
+            if problem:
+                raise UserError(f"compile.cache_dir {cache}: {path} is {problem}; compiled code is loaded from it, so everything in it "
+                                "must be private to you (chmod -R go-w, remove the entry, or choose another compile.cache_dir)")
 
 
 def use_cache_dir(path: str | Path) -> Path:

@@ -73,6 +73,11 @@ def export(run_dir: Path, tag: str, out: Path) -> Path:
     state = {k: v for k, v in state.items() if not k.startswith(AUX_HEADS)}
     record = prediction_record(config)
     model_cfg = {**config["model_resolved"], "head": config_head(config, record.get("shards", {}).get("task", {}).get("num_targets"))}
+    features = record.get("shards", {}).get("features", {})
+    if "graph" in features and not model_cfg["head"].get("graph_features"):
+        # the shards' molecule-level features were targets (task.aux_graph_feat) or unread: the
+        # export does not ask predict to compute them
+        record["shards"]["features"] = {k: v for k, v in features.items() if k != "graph"}
     return write_export(out, state, model_cfg, {"run_dir": str(run_dir), "tag": tag, **record})
 
 

@@ -1,6 +1,7 @@
 """The ECFP + SVR as a deployable member: its closed form equals scikit-learn's SVR, its export
 holds tensors only (a crafted one runs nothing), and `gtscale predict` reads it beside model
-exports, weighted, with a reason for every molecule it cannot read."""
+exports, weighted, with a reason for every molecule it cannot read; a tampered SVR export (its own or
+the kernel SVR's) is refused as it is read, in one line naming the file and key."""
 
 import os
 
@@ -108,3 +109,94 @@ def test_unread_smiles_give_zero_bits_and_their_reason():
     assert reasons == ["", "invalid_smiles", "empty_smiles", "smiles_too_long", "too_many_nodes"]
     assert bits[1:].sum() == 0 and bits[0].sum() > 0
     assert ecfp_rows(["C" * 600], max_atoms=600)[1] == [""]
+
+
+# --- a tampered SVR export is refused as it is read: one line naming the file and key, exit 2 ------
+def _predict_refusal(export, tmp_path, capsys) -> str:
+    import pandas as pd
+
+    csv = tmp_path / "in.csv"
+    pd.DataFrame({"smiles": ["CCO", "c1ccccc1O"]}).to_csv(csv, index=False)
+    capsys.readouterr()
+    assert main(["predict", str(export), "--input", str(csv), "--out", str(tmp_path / "p.csv"), "--no-progress"]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and not (tmp_path / "p.csv").exists(), lines
+    return lines[0]
+
+
+def _with_tensor(export, tmp_path, name, change):
+    import shutil
+
+    out = shutil.copytree(export, tmp_path / "tampered")
+    state = torch.load(out / "model.pt", weights_only=True)
+    state[name] = change(state[name])
+    torch.save(state, out / "model.pt")
+    return out
+
+
+def _with_config(export, tmp_path, key, value):
+    import shutil
+
+    import yaml
+
+    out = shutil.copytree(export, tmp_path / "tampered")
+    config = yaml.safe_load((out / "model.yaml").read_text())
+    config[key] = value
+    (out / "model.yaml").write_text(yaml.safe_dump(config))
+    return out
+
+
+def _nan_at_0(t):
+    t = t.clone()
+    t.view(-1)[0] = float("nan")
+    return t
+
+
+@pytest.mark.parametrize("name,change,fragment", [
+    ("coef", _nan_at_0, "model.pt: tensor coef holds NaN or infinity"),  # once: every prediction blank, no reason, exit 0
+    ("intercept", lambda t: torch.full_like(t, float("inf")), "model.pt: tensor intercept holds NaN or infinity"),
+    ("coef", lambda t: t[:-1], "model.pt: its support"),
+    ("support", lambda t: t[:, :100], "model.pt: its support"),
+])
+def test_a_tampered_svr_tensor_is_refused(fitted, tmp_path, capsys, name, change, fragment):
+    line = _predict_refusal(_with_tensor(fitted[3], tmp_path, name, change), tmp_path, capsys)
+    assert str(tmp_path / "tampered") in line and fragment in line, line
+
+
+@pytest.mark.parametrize("key,value,fragment", [
+    ("C", -1.0, "model.yaml: C: must be > 0, got -1.0"),
+    ("bits", 1024, "model.yaml: radius 2, bits 1024: an SVR export reads ECFP4"),
+    ("radius", "two", "model.yaml: radius: expected an integer, got 'two'"),
+])
+def test_a_tampered_svr_config_is_refused(fitted, tmp_path, capsys, key, value, fragment):
+    line = _predict_refusal(_with_config(fitted[3], tmp_path, key, value), tmp_path, capsys)
+    assert fragment in line, line
+
+
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory):
+    from export_fixtures import kernel_export, model_export
+
+    root = tmp_path_factory.mktemp("kernel")
+    return kernel_export(root / "kernel", model_export(root / "backbone"))
+
+
+@pytest.mark.parametrize("key,value,fragment", [
+    ("gamma", -1.0, "model.yaml: gamma: must be > 0, got -1.0"),  # once: exp of +‖z‖² · 1 overflowed to blank rows
+    ("gamma", float("inf"), "model.yaml: gamma: must be > 0, got inf"),
+    ("weight", float("nan"), "model.yaml: weight: must be >= 0, got nan"),
+    ("C", 0.0, "model.yaml: C: must be > 0, got 0.0"),
+])
+def test_a_tampered_kernel_svr_config_is_refused(kernel, tmp_path, capsys, key, value, fragment):
+    line = _predict_refusal(_with_config(kernel, tmp_path, key, value), tmp_path, capsys)
+    assert fragment in line, line
+
+
+@pytest.mark.parametrize("name,change,fragment", [
+    ("z", _nan_at_0, "model.pt: tensor z holds NaN or infinity"),
+    ("z_std", lambda t: -t, "model.pt: tensor z_std must be positive"),
+    ("z", lambda t: t[:, :3], "model.pt: its support (12, 256), z (12, 3)"),
+])
+def test_a_tampered_kernel_svr_tensor_is_refused(kernel, tmp_path, capsys, name, change, fragment):
+    line = _predict_refusal(_with_tensor(kernel, tmp_path, name, change), tmp_path, capsys)
+    assert fragment in line, line

@@ -100,3 +100,31 @@ def test_a_duplicated_member_is_an_error(tmp_path):
             archive.addfile(info, io.BytesIO(payload))
     with pytest.raises(ShardError, match="sample 0000000001: member 0000000001.x.npy appears twice"):
         list(iter_samples(path.read_bytes(), "dup.tar"))
+
+
+@pytest.mark.parametrize("what", ["file", "split folder"])
+def test_a_link_that_leaves_the_shard_folder_is_refused(nci_shards_copy, tmp_path, what):
+    """A shard (or its split's folder) replaced by a link to a copy outside the shard folder: the
+    checksum still matches, and it was once read as if it were the folder's own."""
+    import shutil
+
+    entry = _entries(nci_shards_copy)[0]
+    outside = tmp_path / "elsewhere"
+    if what == "file":
+        outside.mkdir()
+        shutil.move(entry.path, outside / "shard.tar")
+        entry.path.symlink_to(outside / "shard.tar")
+    else:
+        split = entry.path.parent
+        shutil.move(split, outside)
+        split.symlink_to(outside, target_is_directory=True)
+    with pytest.raises(ShardError, match=rf"^{entry.name}: a symbolic link leads out of the shard folder"):
+        read_shard(entry, verify=True)
+
+
+def test_a_link_inside_the_shard_folder_is_read(nci_shards_copy):
+    entry = _entries(nci_shards_copy)[0]
+    kept = entry.path.with_name("kept.tar")
+    entry.path.rename(kept)
+    entry.path.symlink_to(kept.name)
+    assert len(read_shard(entry, verify=True)) == entry.bytes

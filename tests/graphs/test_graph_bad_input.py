@@ -193,3 +193,27 @@ def test_the_check_runs_once_per_process_for_unchanged_files(built_store, monkey
     monkeypatch.setattr(store_module, "check_csr", lambda *a, **k: calls.append(a))
     GraphStore.open(built_store)
     assert calls == []
+
+
+@pytest.mark.parametrize("case", sorted(CORRUPT_STORES))
+def test_graph_info_runs_the_open_checks(built_store, tmp_path, capsys, case):
+    """Plain `graph info` once printed the summary of a corrupt store and exited 0."""
+    edit, file_name, fragment = CORRUPT_STORES[case]
+    store = Path(shutil.copytree(built_store, tmp_path / "store"))
+    edit(store)
+    assert main(["graph", "info", str(store)]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"{store / file_name}:" in lines[0] and fragment in lines[0], lines
+
+
+def test_graph_info_says_what_it_did_not_check(built_store, tmp_path, capsys):
+    """A changed byte in features.npy keeps every size and shape: only --verify's checksums see it,
+    and plain `graph info` says it has not read them."""
+    store = Path(shutil.copytree(built_store, tmp_path / "store"))
+    data = bytearray((store / "features.npy").read_bytes())
+    data[-1] ^= 0x40
+    (store / "features.npy").write_bytes(bytes(data))
+    assert main(["graph", "info", str(store)]) == 0
+    assert "checksums not verified: --verify reads every file" in capsys.readouterr().out
+    assert main(["graph", "info", str(store), "--verify"]) == 2
+    assert "checksum mismatch in features.npy" in capsys.readouterr().err

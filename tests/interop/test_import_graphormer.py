@@ -19,10 +19,12 @@ from gtscale.interop.graphormer import import_graphormer
 from helpers import load_export, outputs, randomised
 
 ENC = "encoder.graph_encoder."
+#: Small, with the tables of the authors' data geometry: 512 rows per feature column (their
+#: convert_to_single_emb offset), 512 spatial rows (an unreachable pair reads row 511).
 TINY = {
     "name": "graphormer", "num_layers": 2, "hidden_dim": 16, "ffn_dim": 24, "num_heads": 4,
-    "num_in_degree": 6, "num_out_degree": 6, "num_spatial": 8, "num_edge_dis": 6, "multi_hop_max_dist": 3,
-    "node_vocab": [128] * 9, "edge_vocab": [8] * 3, "dropout": 0.0, "attention_dropout": 0.1, "activation_dropout": 0.1,
+    "num_in_degree": 6, "num_out_degree": 6, "num_spatial": 512, "num_edge_dis": 6, "multi_hop_max_dist": 3,
+    "node_vocab": [512] * 9, "edge_vocab": [512] * 3, "dropout": 0.0, "attention_dropout": 0.1, "activation_dropout": 0.1,
 }
 RELEASED = {**TINY, "post_ln": True, "embedding_ln": True, "final_ln": False,
             "head": {"kind": "graph", "num_outputs": 3, "form": "graphormer", "activation": "gelu"}}
@@ -202,11 +204,12 @@ def test_set_overrides_options_the_weights_do_not_carry(tmp_path, capsys):
     assert "--set no_such_option" in capsys.readouterr().err
 
 
-def fairseq_graphormer(sd: dict, cfg: dict, batch) -> torch.Tensor:
+def fairseq_graphormer(sd: dict, cfg: dict, batch, spatial_pos_max: int = 1024) -> torch.Tensor:
     """A transcription of the authors' forward (graphormer_layers.py, graphormer_graph_encoder*.py,
     models/graphormer.py; Post-LN, eval) on one unpadded molecule, reading their tensors with their
     input conventions: atom rows raw + 2 + 512c, path-edge rows raw + 3 + 512c, spatial_pos = hops + 1
-    (unreachable 510 + 1), degree + 1."""
+    (unreachable 510 + 1), degree + 1; their collator's attn_bias: -inf between nodes
+    `spatial_pos_max` hops apart or more (before the + 1)."""
     import torch.nn.functional as F
 
     def lin(x, name, bias=True):
@@ -215,9 +218,9 @@ def fairseq_graphormer(sd: dict, cfg: dict, batch) -> torch.Tensor:
     def ln(x, name):
         return F.layer_norm(x, x.shape[-1:], sd[name + ".weight"], sd[name + ".bias"])
 
-    heads, dist, v = cfg["num_heads"], cfg["multi_hop_max_dist"], cfg["node_vocab"][0]
+    heads, dist, v = cfg["num_heads"], cfg["multi_hop_max_dist"], 512  # convert_to_single_emb's offset, whatever num_atoms is
     x_rows = batch.node_feat + 1 + v * torch.arange(9)  # node_feat holds raw + 1
-    edge_input = torch.where(batch.path_edges > 0, batch.path_edges + 2 + cfg["edge_vocab"][0] * torch.arange(3), 0)
+    edge_input = torch.where(batch.path_edges > 0, batch.path_edges + 2 + v * torch.arange(3), 0)
     spatial_pos = torch.where(batch.spd == SPD_UNREACHABLE, 510, batch.spd) + 1
     node, bias_p = ENC + "graph_node_feature.", ENC + "graph_attn_bias."
     x = (sd[node + "atom_encoder.weight"][x_rows].sum(-2) + sd[node + "in_degree_encoder.weight"][batch.in_degree + 1]
@@ -225,6 +228,7 @@ def fairseq_graphormer(sd: dict, cfg: dict, batch) -> torch.Tensor:
     b, n = x.shape[:2]
     x = torch.cat([sd[node + "graph_token.weight"][None].expand(b, 1, -1), x], 1)
     bias = torch.zeros(b, heads, n + 1, n + 1)
+    bias[:, :, 1:, 1:] = torch.where((spatial_pos - 1 >= spatial_pos_max)[:, None], float("-inf"), 0.0)
     bias[:, :, 1:, 1:] += sd[bias_p + "spatial_pos_encoder.weight"][spatial_pos].permute(0, 3, 1, 2)
     t = sd[bias_p + "graph_token_virtual_distance.weight"].view(1, heads, 1)
     bias[:, :, 1:, 0] += t
@@ -302,3 +306,73 @@ def test_unreadable_cfg_options_are_an_error_not_defaults():
     ckpt["cfg"]["model"] = "graphormer_base"
     with pytest.raises(UserError, match="cfg.model is a str"):
         import_graphormer(ckpt, "ckpt.pt")
+
+
+def _resized(table: torch.Tensor, rows: int, seed: int) -> torch.Tensor:
+    """`table` with `rows` rows: cut, or extended by random rows (which the authors' data reaches not)."""
+    out = torch.randn((rows, *table.shape[1:]), generator=torch.Generator().manual_seed(seed))
+    kept = min(rows, table.shape[0])
+    out[:kept] = table[:kept]
+    return out
+
+
+TABLE_OF = {"num_atoms": ("graph_node_feature.atom_encoder.weight", 1), "num_edges": ("graph_attn_bias.edge_encoder.weight", 1),
+            "num_spatial": ("graph_attn_bias.spatial_pos_encoder.weight", 0)}
+
+
+@pytest.mark.parametrize("option,value", [
+    ("num_atoms", 9 * 530), ("num_atoms", 9 * 500),  # once read as 530 / 500 rows per column: off by 1.5e-2
+    ("num_edges", 3 * 540), ("num_edges", 3 * 500),
+    ("num_spatial", 600),  # once: unreachable pairs read row 599, the authors' 511 (bias off by 1.8)
+    ("num_spatial", 300),  # the authors' code reads no row past 299 of connected molecules
+    ("spatial_pos_max", 3), ("spatial_pos_max", 510),  # once ignored: pairs that far apart attended
+    ("spatial_pos_max", 1024),  # the task's default: masks nothing
+])
+@pytest.mark.parametrize("layout", ["args", "cfg"])
+def test_table_sizes_and_spatial_pos_max_compute_the_authors_function(option, value, layout, tmp_path):
+    """Newer fairseq checkpoints record the table sizes and the collator's spatial_pos_max among
+    their options; the authors' data keeps its own geometry whatever they say (offset 512 per
+    column, an unreachable pair 510 hops), and the import keeps it too."""
+    import numpy as np
+    from model_fixtures import make_batch, random_graph
+
+    cfg = {**RELEASED, "num_edge_dis": 8, "num_in_degree": 64, "num_out_degree": 64}
+    ckpt = fairseq_checkpoint(randomised(cfg, seed=7), cfg, layout, **{option: value})
+    if option in TABLE_OF:
+        key, extra = ENC + TABLE_OF[option][0], TABLE_OF[option][1]
+        ckpt["model"][key] = _resized(ckpt["model"][key], value + extra, seed=3)
+    if layout == "cfg" and option == "spatial_pos_max":  # the hydra Graphormer's task option
+        del ckpt["cfg"]["model"].spatial_pos_max
+    torch.save(ckpt, tmp_path / "ckpt.pt")
+    assert main(["import-checkpoint", "--format", "graphormer", str(tmp_path / "ckpt.pt"), str(tmp_path / "out")]) == 0
+    imported = load_export(tmp_path / "out")
+    rng = np.random.default_rng(12)
+    reaches_unreachable_row = not (option == "num_spatial" and value < 512)  # else the authors' code fails on such pairs
+    shapes = [(7, 1), (9, 2), (1, 1), (12, 1), (10, 3)] if reaches_unreachable_row else [(7, 1), (1, 1), (12, 1)]
+    masking = value if option == "spatial_pos_max" else 1024
+    for size, parts in shapes:
+        single = make_batch([random_graph(rng, size, components=parts)])
+        with torch.no_grad():
+            ours = imported.head(imported.backbone(single))
+            theirs = fairseq_graphormer(ckpt["model"], cfg, single, masking)
+        torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+
+
+def test_a_table_option_that_disagrees_with_its_table_is_named(tmp_path, capsys):
+    torch.save(fairseq_checkpoint(randomised(RELEASED), RELEASED, "cfg", num_atoms=9 * 400), tmp_path / "ckpt.pt")
+    assert main(["import-checkpoint", "--format", "graphormer", str(tmp_path / "ckpt.pt"), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "ckpt.pt: option num_atoms=3600, but encoder.graph_encoder.graph_node_feature.atom_encoder.weight has 4609 rows" in err
+    assert "\n" not in err
+
+
+@pytest.mark.parametrize("how", ["option", "set"])
+def test_hop_count_beyond_the_edge_distance_table_names_the_checkpoint(how, tmp_path, capsys):
+    """GraphormerConfig's refusal of multi_hop_max_dist past num_edge_dis (6 here) once came
+    without the file it was about."""
+    options = {"multi_hop_max_dist": 9} if how == "option" else {}
+    torch.save(fairseq_checkpoint(randomised(RELEASED), RELEASED, **options), tmp_path / "ckpt.pt")
+    argv = ["import-checkpoint", "--format", "graphormer", str(tmp_path / "ckpt.pt"), str(tmp_path / "out")]
+    assert main(argv + (["--set", "multi_hop_max_dist=9"] if how == "set" else [])) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"{tmp_path / 'ckpt.pt'}: " in lines[0] and "multi_hop_max_dist 9 must be between 1 and num_edge_dis 6" in lines[0]

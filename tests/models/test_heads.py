@@ -121,7 +121,7 @@ def test_head_dropout_drops_the_inputs_of_every_layer_in_training_only(graphs):
         torch.testing.assert_close(head.mlp(x), plain.eval().mlp(x))  # evaluation sees no dropout
 
 
-@pytest.mark.parametrize("bad, match", [({"dropout": 1.0}, "head dropout"), ({"form": "graphormer", "dropout": 0.1}, "mlp form")])
+@pytest.mark.parametrize("bad, match", [({"dropout": 1.0}, r"head.dropout: must be in \[0, 1\), got 1.0"), ({"form": "graphormer", "dropout": 0.1}, "mlp form")])
 def test_head_dropout_is_checked(bad, match):
     with pytest.raises(UserError, match=match):
         build_head({"kind": "graph", **bad}, build_model(TINY_EGT))

@@ -66,3 +66,14 @@ def test_an_unknown_generator_is_refused_before_anything_is_written(tmp_path, ca
     assert main(["shard", "nci-tpsa", "--out", str(tmp_path / "s"), "--graph-features", "morgan2048,ecfp6"]) == 2
     assert "--graph-features: 'ecfp6' is not a list of distinct generators" in capsys.readouterr().err
     assert not (tmp_path / "s").exists()
+
+
+def test_a_recorded_width_that_is_not_the_generators_is_refused():
+    """A head built for 16 graph features beside generators that make 2,048 once failed in its
+    forward (a traceback in `gtscale predict`); the record is refused as it is read."""
+    from gtscale.errors import UserError
+    from gtscale.prep.graph_features import GraphFeatures
+
+    assert GraphFeatures.from_manifest({"generators": ["morgan2048"], "dim": 2048}, "e/export.json").dim == 2048
+    with pytest.raises(UserError, match=r"e/export.json: features.graph.dim 16 is not the width of generators morgan2048 \(2048\)"):
+        GraphFeatures.from_manifest({"generators": ["morgan2048"], "dim": 16}, "e/export.json")

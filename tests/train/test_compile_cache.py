@@ -49,3 +49,41 @@ def test_a_private_cache_dir_is_created_0700_and_used(tmp_path, monkeypatch):
     f = torch.compile(lambda x: torch.sin(x) * 2, **compile_options("default", static_shapes=True))
     torch.testing.assert_close(f(torch.ones(3)), torch.sin(torch.ones(3)) * 2)
     assert any(cache.rglob("*.py")) or any(cache.rglob("*.cpp")) or any(cache.rglob("*.so"))  # inductor wrote its code here
+
+
+@pytest.mark.parametrize("entry", ["folder", "file", "link"])
+def test_an_entry_others_can_write_inside_a_private_cache_is_refused(tmp_path, monkeypatch, entry):
+    """Only the cache folder and those above it were checked: a world-writable subfolder (or file)
+    inside a private cache, or a link out of it, was used, and inductor loads code from there."""
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    (cache / "fxgraph").mkdir()
+    if entry == "folder":
+        (cache / "fxgraph").chmod(0o777)
+        bad = cache / "fxgraph"
+    elif entry == "file":
+        bad = cache / "fxgraph" / "entry"
+        bad.write_bytes(pickle.dumps(_Payload()))
+        bad.chmod(0o666)
+    else:
+        (tmp_path / "shared").mkdir()
+        bad = cache / "fxgraph" / "entry"
+        bad.symlink_to(tmp_path / "shared" / "entry")
+    with pytest.raises(UserError, match=f"{bad} is (writable by others|a symbolic link out of it)"):
+        use_cache_dir(cache)
+    assert os.environ.get("TORCHINDUCTOR_CACHE_DIR") != str(cache)
+    assert not (tmp_path / "PWNED").exists()
+
+
+def test_entries_you_wrote_with_a_group_umask_are_accepted(tmp_path, monkeypatch):
+    """A umask of 002 leaves your files writable by your own primary group: still private."""
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    cache = tmp_path / "cache"
+    (cache / "fxgraph").mkdir(parents=True)
+    cache.chmod(0o700)
+    (cache / "fxgraph").chmod(0o775)
+    os.chown(cache / "fxgraph", os.getuid(), os.getgid())
+    (cache / "fxgraph" / "inside").symlink_to(cache / "fxgraph")
+    assert use_cache_dir(cache) == cache

@@ -74,7 +74,7 @@ def test_aux_distance_ranges_and_edges(tpsa_shards, tmp_path):
     [
         ({"kind": "edge"}, "task.head.kind: a edge head needs edge outputs"),
         ({"kind": "pairs"}, "task.head.kind: 'pairs' is not one of"),
-        ({"hidden": [0]}, "task.head: num_outputs, max_hops and hidden widths must be positive"),
+        ({"hidden": [0]}, "task.head.hidden: must be in 1..65536 (each value), got [0]"),
         ({"widths": [32]}, "task.head.widths: unknown key"),
         ({"activation": "tanh"}, "task.head.activation: 'tanh' is not one of"),
         ({"num_outputs": 3}, "task.head.num_outputs: set by the shards' number of targets (1 in"),

@@ -2,6 +2,7 @@
 pretraining targets of a second head, and data.loader.max_shards (a smaller corpus from the same
 shards)."""
 
+import json
 import subprocess
 import sys
 
@@ -107,6 +108,8 @@ def test_a_run_with_feature_targets_trains_and_exports_without_the_feature_head(
     state = torch.load(tmp_path / "export" / "model.pt", weights_only=True)
     assert state and not [k for k in state if k.startswith("feature_head.")]
     assert "graph_features" not in yaml.safe_load((tmp_path / "export" / "model.yaml").read_text())["head"]
+    # predict is not asked to compute the features the model only learnt to predict
+    assert "graph" not in json.loads((tmp_path / "export" / "export.json").read_text())["shards"]["features"]
 
 
 def test_feature_targets_on_shards_without_features_are_refused_before_training(tpsa_shards, tmp_path, capsys):
