@@ -67,7 +67,7 @@ def load_model_export(folder: Path, model_cfg: dict, state: dict, meta: dict) ->
     return LoadedExport(
         path=folder,
         model=GraphTaskModel(module.backbone, module.head).to(device()).eval(),  # the trainer's forward
-        task=from_dict(TaskConfig, meta["task"], prefix="task."),
+        task=from_dict(TaskConfig, meta["task"], prefix=f"{folder / 'export.json'}: task."),
         target_names=names or [f"y{t}" for t in range(module.head.cfg.num_outputs)],
         options=ShardOptions(structure=structure, max_nodes=max_nodes, graph_features=features),
         keys=[k for k in keys if k != schema.Y],

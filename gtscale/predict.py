@@ -103,7 +103,7 @@ def load_export(path: Path) -> LoadedExport | FingerprintExport | KernelExport:
     meta, model_cfg, folder = export.meta, export.config, export.folder
     check_record(meta, folder)
     names = list(meta["shards"].get("task", {}).get("target_names", []))
-    task = from_dict(TaskConfig, meta["task"], prefix="task.")
+    task = from_dict(TaskConfig, meta["task"], prefix=f"{folder / 'export.json'}: task.")
     if model_cfg.get("name") == SVR_EXPORT_NAME:
         return FingerprintExport(folder, read_svr_export(model_cfg, export.state, str(folder / MODEL_FILE)), task, names or ["y0"])
     if model_cfg.get("name") == KERNEL_EXPORT_NAME:
