@@ -198,7 +198,7 @@ def kernel_backbone(args: argparse.Namespace) -> Path:
     try:
         return export_path(backbone)
     except UserError as err:
-        raise UserError(f"--arms kernel: {err}") from None
+        raise UserError(f"--arms kernel: reads a pretrained export; {err}") from None
 
 
 def kernel_rows(shards: Path, backbone: Path, folder: Path) -> list[dict]:
