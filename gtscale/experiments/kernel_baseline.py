@@ -64,7 +64,7 @@ def run_kernel_baseline(shards: Path, backbone: Path, out: Path, split: str = "t
     write_kernel_export(out / "export", svr, saved, load_manifest(shards))
     metrics = {"rmse": float(root_mean_squared_error(y["test"], pred)), "mae": float(mean_absolute_error(y["test"], pred)),
                "cliff_rmse": moleculeace.cliff_rmse(table, rows_of["test"], pred[:, None], y["test"][:, None])}
-    runs = [{"seed": 0, "chosen": {"C": svr.C, "weight": svr.weight, "gamma": svr.gamma, "selection": SELECTION}, "metrics": metrics}]
+    runs = [{"seed": 0, "chosen": {"C": svr.C, "weight": svr.weight, "gamma": svr.gamma, "selection": SELECTION, "cv_rmse": svr.cv_rmse}, "metrics": metrics}]
     result = [{"label": LABEL, "shards": str(shards), "backbone": str(backbone), "split": split, "runs": runs, "summary": summarize(runs)}]
     write_sweep(out, result)
     return result

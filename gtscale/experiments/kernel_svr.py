@@ -63,6 +63,7 @@ class KernelSVR:
     gamma: float  # γ
     z_mean: np.ndarray  # [d] statistics of the fitted molecules that standardise z
     z_std: np.ndarray
+    cv_rmse: float = float("nan")  # the chosen (w, C)'s mean RMSE over the cross-validation folds (fitting only; not exported)
 
     def kernel(self, bits: np.ndarray, z: np.ndarray) -> np.ndarray:
         """[n, m] kernel of molecules (bits, raw representation z) with the support molecules."""
@@ -89,7 +90,7 @@ def fit_kernel_svr(bits: dict, z: dict, y: dict) -> KernelSVR:
     weight, search = max(searches, key=lambda ws: ws[1].best_score_)  # max keeps the first of equals
     svr = search.best_estimator_
     return KernelSVR(bits[svr.support_], zs[svr.support_], svr.dual_coef_[0].astype(np.float64), float(svr.intercept_[0]),
-                     float(search.best_params_["C"]), weight, gamma, mean, std)
+                     float(search.best_params_["C"]), weight, gamma, mean, std, cv_rmse=-float(search.best_score_))
 
 
 def write_kernel_export(out: Path, svr: KernelSVR, backbone, manifest: dict) -> Path:

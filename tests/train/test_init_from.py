@@ -82,3 +82,26 @@ def test_fine_tuning_with_graph_features_from_an_export_without_them(tmp_path, c
     batch = replace(make_batch([random_graph(rng, 5), random_graph(rng, 8)]), graph_feat=torch.randn(2, 4))
     scores, _ = tuned.eval()(batch)
     assert scores.shape == (2, 1) and torch.isfinite(scores).all()
+
+
+def test_the_shipped_backbone_starts_a_fine_tuning_run_by_name(tpsa_shards, tmp_path):
+    """init_from: moses-egt (the fine-tuning config's default) loads the backbone the package ships,
+    with no export of one's own: every backbone tensor from gtscale/pretrained/moses-egt."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from gtscale.models.export import read_export
+    from gtscale.models.pretrained import ROOT
+
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-m", "gtscale.cli", "train", "configs/tasks/moleculeace-egt-finetune.yaml", f"data.shards={tpsa_shards}",
+                           f"run_dir={tmp_path / 'run'}", "schedule.total_steps=2", "schedule.warmup_steps=1", "eval.every=0", "checkpoint.every=1000",
+                           "data.loader.num_workers=0", "logging.progress=false", "logging.tensorboard=false"],
+                          capture_output=True, text=True, cwd=repo, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    loaded = re.search(r"init_from (\S+): loaded (\d+) backbone tensors", done.stdout + done.stderr)
+    shipped = read_export(ROOT / "moses-egt").state
+    assert loaded and Path(loaded[1]) == ROOT / "moses-egt" / "model.pt"
+    assert int(loaded[2]) == len([k for k in shipped if k.startswith("backbone.")]) > 0
