@@ -140,9 +140,9 @@ def test_shards_with_other_graph_features_are_refused(trained, tmp_path, capsys)
 
 
 def test_an_export_of_several_targets_predicts_each_of_them(tmp_path):
-    """The export's head has one output per target: before stop 24, `gtscale export` wrote the
-    model YAML's num_outputs (1), so predict refused every multi-target export (the MOSES
-    pretraining's ten descriptors) as not fitting its model."""
+    """The export's head has one output per target (`gtscale export` once wrote the model YAML's
+    num_outputs, 1, so predict refused every multi-target export, such as the MOSES pretraining's
+    ten descriptors, as not fitting its model)."""
     csv = tpsa_csv(tmp_path / "tpsa.csv", rows=60)
     frame = pd.read_csv(csv)
     frame["tenth"] = frame["tpsa"] / 10
