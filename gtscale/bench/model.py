@@ -29,6 +29,9 @@ CUDA graphs instead of launching each kernel from Python.
 step under torch.profiler, and FILE.md gets, per row, the --profile-rows (15) kernels (CUDA; CPU:
 the operators) of most self time, with their calls and share of the step's total.
 
+--kernels fast reference (or any GTSCALE_KERNELS values, models/kernels) times each row once per
+kernel selection, side by side, and prints each selection's throughput against the first's.
+
 For ET and MNA-GT a plain implementation written the obvious way (bench/reference.py: ET's
 update by autograd of the energy, MNA-GT's Âᵏ X by dense products) runs in the same invocation on
 the same batch with the same parameters, and the ratios are printed.
@@ -53,7 +56,7 @@ from gtscale.format import schema
 from gtscale.loader.batch import Batch
 from gtscale.loader.edge_batch import EdgeBatch
 from gtscale.errors import UserError
-from gtscale.models import build_head, build_model, load_model_config, parse_model_config
+from gtscale.models import build_head, build_model, kernels, load_model_config, parse_model_config
 from gtscale.train.compiled import prepare_inductor, private_cache_dir
 from gtscale.train.config import CompileConfig
 
@@ -96,6 +99,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-reference", action="store_true", help="skip the plain implementation (ET, MNA-GT)")
     parser.add_argument("--authors", type=Path, default=None, metavar="PATH",
                         help="time against the authors' code in this checkout (egt_pytorch or Graphormer; bench/authors.py)")
+    parser.add_argument("--kernels", nargs="+", default=None, metavar="SPEC",
+                        help="time every row with each of these kernel selections, side by side: fast, reference or a "
+                             f"comma-separated list of {', '.join(kernels.KERNELS)} (default: GTSCALE_KERNELS, else fast)")
     parser.add_argument("--compile", action="store_true", help="also time the model under torch.compile (fullgraph), side by side with eager")
     parser.add_argument("--cuda-graphs", action="store_true",
                         help="also time it compiled with CUDA graphs (mode reduce-overhead: the step replays captured kernels); CUDA only")
@@ -325,6 +331,12 @@ def measure(cfg: dict, batch: Batch | EdgeBatch, precision: str, steps: int, war
     return result
 
 
+def measure_with_kernels(selection: str, *args) -> dict:
+    """`measure(*args)` with the fast kernels `selection` names (models/kernels), recorded in the row."""
+    with kernels.using(selection):
+        return {**measure(*args), "kernels": selection}
+
+
 def profile_step(step, device: torch.device, rows: int = PROFILE_ROWS) -> dict:
     """Run `step` once under torch.profiler: the `rows` entries of most self time, on a GPU
     its kernels (and copies) by self CUDA time, on a CPU its operators by self CPU time; `share`
@@ -365,7 +377,8 @@ def profile_markdown(setup: dict, results: list[dict]) -> str:
         prof = r.get("profile")
         if prof is None:
             continue
-        lines += [f"## {setup['model']} · {r['precision']} · {r['implementation']} ({r['graphs_per_s']:,.1f} graphs/s timed)", "",
+        selection = f" · kernels {r['kernels']}" if len(setup.get("kernels", [])) > 1 else ""
+        lines += [f"## {setup['model']} · {r['precision']} · {r['implementation']}{selection} ({r['graphs_per_s']:,.1f} graphs/s timed)", "",
                   f"{prof['calls']:,} {prof['entries'][:-1]} calls, {prof['total_ms']:,.2f} ms of self {prof['time']} time in all; "
                   f"the {len(prof['rows'])} {prof['entries']} of most self {prof['time']} time:", "",
                   f"| # | {prof['entries'][:-1]} | calls | self ms | % of step |", "|---:|---|---:|---:|---:|"]
@@ -409,22 +422,28 @@ def _print(setup: dict, results: list[dict]) -> None:
         f"activation checkpointing {setup['checkpointing']}; 1-min load average "
         f"{setup['load_average_before']:.2f} before, {setup['load_average_after']:.2f} after"
     )
-    print(f"{'precision':<10}{'impl':<11}{'graphs/s':>10}{'nodes/s':>11}{'step ms':>10}{'min ms':>9}{'peak MiB':>10}{'GFLOP/step':>12}{'TFLOP/s':>9}{'MFU':>7}{'compile s':>10}")
+    width = max(len("kernels"), *(len(r["kernels"]) for r in results)) + 1
+    print(f"{'precision':<10}{'impl':<11}{'kernels':<{width}}{'graphs/s':>10}{'nodes/s':>11}{'step ms':>10}{'min ms':>9}"
+          f"{'peak MiB':>10}{'GFLOP/step':>12}{'TFLOP/s':>9}{'MFU':>7}{'compile s':>10}")
     for r in results:
         mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "-"
         print(
-            f"{r['precision']:<10}{r['implementation']:<11}{r['graphs_per_s']:>10.1f}{r['nodes_per_s']:>11.0f}{r['step_ms']:>10.1f}"
+            f"{r['precision']:<10}{r['implementation']:<11}{r['kernels']:<{width}}"
+            f"{r['graphs_per_s']:>10.1f}{r['nodes_per_s']:>11.0f}{r['step_ms']:>10.1f}"
             f"{r['step_ms_min']:>9.1f}{r['peak_mem_mb']:>10.0f}{r['gflop_per_step']:>12.1f}{r['achieved_tflops']:>9.3f}{mfu:>7}"
             f"{'' if r['compile_s'] is None else format(r['compile_s'], '.1f'):>10}"
         )
+
+    def label(ratio: dict) -> str:  # the kernel selection named only when there are several
+        return ratio["precision"] + (f" ({ratio['kernels']})" if len(setup["kernels"]) > 1 else "")
+
     for ratio in setup.get("compile_ratios", []):
         impl = ratio["implementation"]
-        print(f"{ratio['precision']}: {impl} / eager throughput {ratio['speedup']:.2f}x, peak memory eager / {impl} {ratio['memory_saving']:.2f}x")
+        print(f"{label(ratio)}: {impl} / eager throughput {ratio['speedup']:.2f}x, peak memory eager / {impl} {ratio['memory_saving']:.2f}x")
     for ratio in setup.get("ratios", []):
-        print(
-            f"{ratio['precision']}: model / plain throughput {ratio['speedup']:.2f}x, "
-            f"peak memory plain / model {ratio['memory_saving']:.2f}x"
-        )
+        print(f"{label(ratio)}: model / plain throughput {ratio['speedup']:.2f}x, peak memory plain / model {ratio['memory_saving']:.2f}x")
+    for ratio in setup.get("kernel_ratios", []):
+        print(f"{ratio['precision']} {ratio['implementation']}: kernels {ratio['kernels']} / {ratio['against']} throughput {ratio['speedup']:.2f}x")
 
 
 def _has_plain(cfg: dict) -> bool:
@@ -441,6 +460,9 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--batch-size, --steps, --threads, --nodes, --graph-nodes and --profile-rows must be positive, --warmup and --edges >= 0")
     if args.compile or args.cuda_graphs:
         private_cache_dir(args.compile_cache)  # refused here, in one line, rather than in the row's process
+    selections = args.kernels or [os.environ.get("GTSCALE_KERNELS", "fast")]
+    for selection in selections:
+        kernels.parse(selection)  # refused here, in one line, rather than in the row's process
     claim_json(args.json)
     claim_markdown(args.profile, "model", "--profile")
     cfg = load_model_config(args.model)
@@ -466,6 +488,7 @@ def run(args: argparse.Namespace) -> int:
         "steps": args.steps,
         "warmup": args.warmup,
         "checkpointing": args.checkpointing,
+        "kernels": selections,
         "load_average_before": os.getloadavg()[0],
     }
     if graph_kind == "generated":
@@ -487,30 +510,44 @@ def run(args: argparse.Namespace) -> int:
     results = []
     for precision in args.precision:
         for implementation in implementations:
-            with context.Pool(1) as pool:
-                results.append(pool.apply(measure, (cfg, batch, precision, args.steps, args.warmup, args.threads, device, args.seed, args.peak_tflops, implementation,
-                                                    args.profile_rows if args.profile is not None else 0, args.compile_cache)))
-                # the worker ends on its own before the with-block's terminate: a terminated worker
-                # leaves the semaphores of inductor's compile workers to the resource tracker's warning
-                pool.close()
-                pool.join()
-    by_key = {(r["precision"], r["implementation"]): r for r in results}
+            for selection in selections:  # innermost: the selections of a row run one after the other
+                with context.Pool(1) as pool:
+                    results.append(pool.apply(measure_with_kernels, (
+                        selection, cfg, batch, precision, args.steps, args.warmup, args.threads, device, args.seed, args.peak_tflops,
+                        implementation, args.profile_rows if args.profile is not None else 0, args.compile_cache)))
+                    # the worker ends on its own before the with-block's terminate: a terminated worker
+                    # leaves the semaphores of inductor's compile workers to the resource tracker's warning
+                    pool.close()
+                    pool.join()
+    by_key = {(r["precision"], r["implementation"], r["kernels"]): r for r in results}
     setup["ratios"] = [
         {
             "precision": p,
-            "speedup": by_key[(p, "model")]["nodes_per_s"] / by_key[(p, "plain")]["nodes_per_s"],
-            "memory_saving": by_key[(p, "plain")]["peak_mem_mb"] / max(by_key[(p, "model")]["peak_mem_mb"], 1e-9),
+            "kernels": k,
+            "speedup": by_key[(p, "model", k)]["nodes_per_s"] / by_key[(p, "plain", k)]["nodes_per_s"],
+            "memory_saving": by_key[(p, "plain", k)]["peak_mem_mb"] / max(by_key[(p, "model", k)]["peak_mem_mb"], 1e-9),
         }
-        for p in args.precision if (p, "plain") in by_key
+        for p in args.precision for k in selections if (p, "plain", k) in by_key
     ]
     setup["compile_ratios"] = [
         {
             "precision": p,
             "implementation": impl,
-            "speedup": by_key[(p, impl)]["nodes_per_s"] / by_key[(p, "model")]["nodes_per_s"],
-            "memory_saving": by_key[(p, "model")]["peak_mem_mb"] / max(by_key[(p, impl)]["peak_mem_mb"], 1e-9),
+            "kernels": k,
+            "speedup": by_key[(p, impl, k)]["nodes_per_s"] / by_key[(p, "model", k)]["nodes_per_s"],
+            "memory_saving": by_key[(p, "model", k)]["peak_mem_mb"] / max(by_key[(p, impl, k)]["peak_mem_mb"], 1e-9),
         }
-        for p in args.precision for impl in ("compiled", "cudagraph") if (p, impl) in by_key
+        for p in args.precision for impl in ("compiled", "cudagraph") for k in selections if (p, impl, k) in by_key
+    ]
+    setup["kernel_ratios"] = [
+        {
+            "precision": p,
+            "implementation": impl,
+            "kernels": k,
+            "against": selections[0],
+            "speedup": by_key[(p, impl, k)]["nodes_per_s"] / by_key[(p, impl, selections[0])]["nodes_per_s"],
+        }
+        for p in args.precision for impl in implementations for k in selections[1:]
     ]
     setup["load_average_after"] = os.getloadavg()[0]
     _print(setup, results)

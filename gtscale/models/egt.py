@@ -44,6 +44,25 @@ from gtscale.models.outputs import Outputs
 from gtscale.models.packing import Packing
 
 
+def gated_attention(h_hat: torch.Tensor, gate_logits: torch.Tensor, v: torch.Tensor, logit_mask: torch.Tensor,
+                    gate_mask: torch.Tensor, keep: torch.Tensor | None, scale: float, num_virtual: int) -> torch.Tensor:
+    """V̂ [heads, B, M, d] of eq. 4 and 8-9: the reference form, as the authors' code computes it.
+
+    Ĥ and G [heads, B, M, M]; V [heads, B, M, d]; the masks broadcast over heads (logit_mask 0 where
+    a pair may attend, MASK_VALUE where not; gate_mask 1 / 0); dropout's keep mask and scale, or
+    None and 1; the number of virtual nodes, the first tokens, whose scaler is 1 (-1: no scalers)."""
+    gates = torch.sigmoid(gate_logits) * gate_mask  # σ(G), 0 on masked pairs
+    attn = torch.softmax(h_hat + logit_mask, dim=-1) * gates  # (4)
+    if keep is not None:
+        attn = attn * keep * scale  # attention dropout
+    out = torch.matmul(attn, v)
+    if num_virtual < 0:
+        return out
+    scaler = torch.log1p(gates.sum(dim=-1, keepdim=True))  # (8-9): ln(1 + Σ_j σ(G)_ij) ...
+    virtual = torch.arange(out.shape[-2], device=out.device)[:, None] < num_virtual
+    return out * torch.where(virtual, 1.0, scaler)  # ... and 1 on the virtual nodes
+
+
 class AttentionContext:
     """Per-forward constants every layer shares: the packing and the masks, built once."""
 
@@ -116,25 +135,6 @@ class EGTLayer(nn.Module):
             e = e + dropout(self.out_e(h_hat.t()), self.edge_dropout, self.training)
             e = e + self.ffn_e(e)
         return h, e
-
-
-def gated_attention(h_hat: torch.Tensor, gate_logits: torch.Tensor, v: torch.Tensor, logit_mask: torch.Tensor,
-                    gate_mask: torch.Tensor, keep: torch.Tensor | None, scale: float, num_virtual: int) -> torch.Tensor:
-    """V̂ [heads, B, M, d] of eq. 4 and 8-9: the reference form, as the authors' code computes it.
-
-    Ĥ and G [heads, B, M, M]; V [heads, B, M, d]; the masks broadcast over heads (logit_mask 0 where
-    a pair may attend, MASK_VALUE where not; gate_mask 1 / 0); dropout's keep mask and scale, or
-    None and 1; the number of virtual nodes, the first tokens, whose scaler is 1 (-1: no scalers)."""
-    gates = torch.sigmoid(gate_logits) * gate_mask  # σ(G), 0 on masked pairs
-    attn = torch.softmax(h_hat + logit_mask, dim=-1) * gates  # (4)
-    if keep is not None:
-        attn = attn * keep * scale  # attention dropout
-    out = torch.matmul(attn, v)
-    if num_virtual < 0:
-        return out
-    scaler = torch.log1p(gates.sum(dim=-1, keepdim=True))  # (9): ln(1 + Σ_j σ(G)_ij)
-    virtual = torch.arange(out.shape[-2], device=out.device)[:, None] < num_virtual
-    return out * torch.where(virtual, 1.0, scaler)  # (8)
 
 
 class VirtualNodes(nn.Module):

@@ -55,6 +55,17 @@ from gtscale.models.packing import Packing
 _BIAS_ALIGN = 16
 
 
+def biased_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor,
+                     keep: torch.Tensor | None, scale: float) -> torch.Tensor:
+    """softmax(q kᵀ / √d + bias) v (eq. 6, the bias b_φ(i,j) + c_ij), with dropout on the map: the
+    reference form. q, k, v [B, heads, M, d]; bias [B, heads, M, M], finite (MASK_VALUE where
+    masked), so no row is all -inf; dropout's keep mask and scale, or None and 1."""
+    attn = torch.softmax(torch.matmul(q * q.shape[-1] ** -0.5, k.transpose(-1, -2)) + bias, dim=-1)
+    if keep is None:
+        return torch.matmul(attn, v)
+    return torch.matmul(attn * keep, v * scale)  # the scale on v, the smaller tensor when d < M
+
+
 class GraphormerLayer(nn.Module):
     """MHA with an additive bias, then a GELU FFN, on packed tokens x [T, d]; Pre-LN, or
     Post-LN with `post_ln` (self.ln and self.ffn.ln then normalise after each residual sum)."""
@@ -90,17 +101,6 @@ class GraphormerLayer(nn.Module):
             out = biased_attention(q, k, v, bias, keep, scale)
         out = packing.pack_tokens(out.transpose(1, 2).reshape(b, m, -1))
         return dropout(self.out(out), self.dropout, self.training)
-
-
-def biased_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor,
-                     keep: torch.Tensor | None, scale: float) -> torch.Tensor:
-    """softmax(q kᵀ / √d + bias) v (eq. 6, the bias b_φ(i,j) + c_ij), with dropout on the map: the
-    reference form. q, k, v [B, heads, M, d]; bias [B, heads, M, M], finite (MASK_VALUE where
-    masked), so no row is all -inf; dropout's keep mask and scale, or None and 1."""
-    attn = torch.softmax(torch.matmul(q * q.shape[-1] ** -0.5, k.transpose(-1, -2)) + bias, dim=-1)
-    if keep is None:
-        return torch.matmul(attn, v)
-    return torch.matmul(attn * keep, v * scale)  # the scale on v, the smaller tensor when d < M
 
 
 class PathEncoding(nn.Module):
