@@ -136,6 +136,21 @@ def test_model_with_fast_kernels_equals_the_reference(name, graphs, every_produc
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
+def test_a_training_step_counts_the_same_flops_with_or_without_kernels(graphs):
+    """FLOP counts (and MFU) do not depend on the kernels: the opaque attention ops count the
+    products the reference makes."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    batch, counts = make_batch(graphs), []
+    for spec in ("fast", "reference"):
+        torch.manual_seed(0)
+        model = build_model(MODELS["egt"]).train()
+        with kernels.using(spec), FlopCounterMode(display=False) as counter:
+            (model(batch).graph ** 2).sum().backward()
+        counts.append(counter.get_total_flops())
+    assert counts[0] == counts[1] > 0
+
+
 def _ops(cfg: dict, batch, spec: str) -> set[str]:
     torch.manual_seed(0)
     model = build_model(cfg).train()

@@ -28,7 +28,10 @@ One computation, two wrappers around it (`gated_attention` picks by device):
 
 from __future__ import annotations
 
+import math
+
 import torch
+from torch.utils.flop_counter import register_flop_formula
 
 
 def _as_bytes(keep: torch.Tensor) -> torch.Tensor:
@@ -151,6 +154,18 @@ def _opaque_autograd(ctx, grad, *unused_aux_grads):
 
 
 _opaque_forward.register_autograd(_opaque_autograd, setup_context=_save)
+
+
+# FLOPs as torch counts the reference's products (attention map × V forward, two such backward),
+# so that a step's FLOP count and MFU do not depend on the kernel.
+@register_flop_formula(torch.ops.gtscale.gated_attention)
+def _forward_flops(h_hat_shape, gate_shape, v_shape, *args, **kwargs) -> int:
+    return 2 * math.prod(h_hat_shape) * v_shape[-1]
+
+
+@register_flop_formula(torch.ops.gtscale.gated_attention_backward)
+def _backward_flops(grad_shape, probs_shape, gates_shape, keep_shape, v_shape, *args, **kwargs) -> int:
+    return 4 * math.prod(probs_shape) * v_shape[-1]
 
 
 def gated_attention(h_hat, gate_logits, v, logit_mask, gate_mask, keep: torch.Tensor | None, scale: float, num_virtual: int) -> torch.Tensor:
