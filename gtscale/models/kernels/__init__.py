@@ -5,8 +5,8 @@ biased attention in graphormer.py, dropout masks in layers.py, weight products a
 linear.py). That reference form is what the models mean and what the tests check each kernel
 against (tests/models/test_kernels.py, test_linear.py). A kernel here computes the same function
 faster on some hardware; deleting one, with the `enabled` test at its call site, changes speed,
-never the function (results agree to float rounding; dropout masks are drawn by the caller, so
-they are the same draws either way).
+never the function: results agree to float rounding, and dropout masks are drawn by the caller,
+so both forms drop the same entries (except under SDPA's own dropout on a GPU, sdpa.py).
 
 The kernels, what each speeds up, where, and the benchmark behind it (docs/results/cpu-speed.md):
 
@@ -22,7 +22,7 @@ The kernels, what each speeds up, where, and the benchmark behind it (docs/resul
   autograd.Function that inductor fuses on a GPU (not measured against the reference).
 - `sdpa` (sdpa.py): Graphormer's attention through torch's fused scaled_dot_product_attention:
   flash / memory-efficient kernels on a GPU (not measured against the reference); on a CPU only
-  without attention dropout, where SDPA would draw its masks with the slow bernoulli sampler.
+  without attention dropout (with it, SDPA draws its masks with torch's slow bernoulli sampler).
 
 Which kernels run is chosen here, once: `GTSCALE_KERNELS` in the environment (read at import) is
 `fast` (the default: every kernel, each where it applies), `reference` (none: the plain torch
