@@ -10,7 +10,10 @@ the dense Batch of .collate. Each precision is measured in a fresh process, so t
 memory is that run's alone.
 
 Figures: graphs/s from the median step time (robust to other processes briefly taking the CPU;
-the load average before and after is printed to judge that); peak memory (CUDA:
+the load average before and after is printed to judge that); CPU ms, the median step's CPU time
+of the process, all threads (on a loaded machine the wall time of a step stretches with every
+wait for a core, its CPU time far less; with --threads 1 no thread spins waiting for another);
+peak memory (CUDA:
 max_memory_allocated; CPU: peak RSS minus the RSS before the model was built, i.e. parameters,
 gradients, optimizer state and activations); FLOPs per step counted by torch's FlopCounterMode, and on a GPU of known peak the
 model FLOP utilisation. The loss is PCQM4Mv2's MAE against fixed random targets.
@@ -296,13 +299,14 @@ def measure(cfg: dict, batch: Batch | EdgeBatch, precision: str, steps: int, war
     with FlopCounterMode(display=False) as counter:
         step(eager)
     flops = counter.get_total_flops()
-    times = []
+    times, cpu_times = [], []
     for _ in range(steps):
         sync()
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         step()
         sync()
         times.append(time.perf_counter() - start)
+        cpu_times.append(time.process_time() - cpu_start)
     seconds = statistics.median(times)
     if device.type == "cuda":
         peak_mem = torch.cuda.max_memory_allocated(device)
@@ -318,6 +322,7 @@ def measure(cfg: dict, batch: Batch | EdgeBatch, precision: str, steps: int, war
         "nodes_per_s": num_nodes / seconds,
         "step_ms": seconds * 1e3,
         "step_ms_min": min(times) * 1e3,
+        "step_cpu_ms": statistics.median(cpu_times) * 1e3,
         "peak_mem_mb": peak_mem / 2**20,
         "gflop_per_step": flops / 1e9,
         "achieved_tflops": achieved / 1e12,
@@ -423,14 +428,14 @@ def _print(setup: dict, results: list[dict]) -> None:
         f"{setup['load_average_before']:.2f} before, {setup['load_average_after']:.2f} after"
     )
     width = max(len("kernels"), *(len(r["kernels"]) for r in results)) + 1
-    print(f"{'precision':<10}{'impl':<11}{'kernels':<{width}}{'graphs/s':>10}{'nodes/s':>11}{'step ms':>10}{'min ms':>9}"
+    print(f"{'precision':<10}{'impl':<11}{'kernels':<{width}}{'graphs/s':>10}{'nodes/s':>11}{'step ms':>10}{'min ms':>9}{'CPU ms':>9}"
           f"{'peak MiB':>10}{'GFLOP/step':>12}{'TFLOP/s':>9}{'MFU':>7}{'compile s':>10}")
     for r in results:
         mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "-"
         print(
             f"{r['precision']:<10}{r['implementation']:<11}{r['kernels']:<{width}}"
             f"{r['graphs_per_s']:>10.1f}{r['nodes_per_s']:>11.0f}{r['step_ms']:>10.1f}"
-            f"{r['step_ms_min']:>9.1f}{r['peak_mem_mb']:>10.0f}{r['gflop_per_step']:>12.1f}{r['achieved_tflops']:>9.3f}{mfu:>7}"
+            f"{r['step_ms_min']:>9.1f}{r['step_cpu_ms']:>9.1f}{r['peak_mem_mb']:>10.0f}{r['gflop_per_step']:>12.1f}{r['achieved_tflops']:>9.3f}{mfu:>7}"
             f"{'' if r['compile_s'] is None else format(r['compile_s'], '.1f'):>10}"
         )
 

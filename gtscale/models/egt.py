@@ -36,8 +36,8 @@ from torch import nn
 from gtscale.loader.batch import Batch
 from gtscale.models.config import EGTConfig
 from gtscale.models.embeddings import MASK_VALUE, FeatureEmbedding, embed_nodes, lookup, node_embedding
-from gtscale.models import kernels
 from gtscale.models.kernels import gated_attention as fused
+from gtscale.models.kernels import use_kernel
 from gtscale.models.layers import FeedForward, compute_dtype, dropout, keep_mask, run_layer
 from gtscale.models.linear import Linear, matmul_nt
 from gtscale.models.outputs import Outputs
@@ -119,7 +119,7 @@ class EGTLayer(nn.Module):
         p_drop = self.attn_dropout if self.training else 0.0
         keep, scale = keep_mask(h_hat.shape, p_drop, h_hat.device) if p_drop > 0 else (None, 1.0)
         if self.gated:
-            attend = fused.gated_attention if kernels.enabled("gated_attention") else gated_attention
+            attend = fused.gated_attention if use_kernel("gated_attention") else gated_attention
             out = attend(h_hat, gate_logits[0], v, logit_mask, gate_mask, keep, scale, ctx.num_virtual if self.scale_degree else -1)
         else:  # the ungated ablation: eq. 4 without σ(G)
             attn = torch.softmax(h_hat + logit_mask, dim=-1)

@@ -41,9 +41,8 @@ from torch import nn
 from gtscale.loader.batch import Batch
 from gtscale.format.schema import SPD_UNREACHABLE
 from gtscale.models.config import GraphormerConfig
-from gtscale.models import kernels
 from gtscale.models.embeddings import MASK_VALUE, FeatureEmbedding, embed_nodes, lookup, node_embedding
-from gtscale.models.kernels import sdpa
+from gtscale.models.kernels import sdpa, use_kernel
 from gtscale.models.layers import FeedForward, compute_dtype, dropout, keep_mask, run_layer
 from gtscale.models.linear import Linear
 from gtscale.models.outputs import Outputs
@@ -94,7 +93,7 @@ class GraphormerLayer(nn.Module):
         qkv = packing.unpack_tokens(self.qkv(x))
         q, k, v = qkv.view(b, m, 3, heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
         p_drop = self.attention_dropout if self.training else 0.0
-        if kernels.enabled("sdpa") and sdpa.applies(q, p_drop):
+        if use_kernel("sdpa") and sdpa.applies(q, p_drop):
             out = sdpa.attention(q, k, v, bias, p_drop)
         else:
             keep, scale = keep_mask((b, heads, m, m), p_drop, q.device) if p_drop > 0 else (None, 1.0)

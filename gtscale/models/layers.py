@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from gtscale.models import kernels
+from gtscale.models.kernels import use_kernel
 from gtscale.models.kernels.dropout import keep_from_halves
 from gtscale.models.linear import Linear
 
@@ -40,7 +40,7 @@ def keep_mask(shape: torch.Size | tuple[int, ...], p: float, device: torch.devic
         return torch.zeros(shape, dtype=torch.bool, device=device), 0.0
     words = torch.randint(-(2**31), 2**31 - 1, ((numel + 1) // 2,), dtype=torch.int32, device=device)
     threshold = dropped - _KEEP_LEVELS // 2  # k / 2¹⁶ of the signed 16-bit halves lie below it
-    if kernels.enabled("dropout_mask"):
+    if use_kernel("dropout_mask"):
         keep = keep_from_halves(words, numel, threshold)
     else:
         keep = words.view(torch.int16)[:numel] >= threshold

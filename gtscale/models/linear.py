@@ -11,13 +11,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gtscale.models import kernels
 from gtscale.models.kernels import linear as onednn
+from gtscale.models.kernels import use_kernel
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """F.linear(x, weight, bias): x [..., K] @ weight [N, K]ᵀ + bias [N] → [..., N]."""
-    if kernels.enabled("linear") and onednn.applies(x, weight, bias):
+    if use_kernel("linear") and onednn.applies(x, weight, bias):
         return onednn.linear(x, weight, bias)
     return F.linear(x, weight, bias)
 

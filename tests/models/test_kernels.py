@@ -187,7 +187,7 @@ def test_a_selection_names_known_kernels():
 
 def test_the_environment_chooses_and_a_bad_value_is_one_error_at_the_first_step():
     code = ("from gtscale.models import kernels\n"
-            "try:\n    print(kernels.enabled('linear'), kernels.enabled('sdpa'))\n"
+            "try:\n    print(kernels.use_kernel('linear'), kernels.use_kernel('sdpa'))\n"
             "except Exception as err:\n    print(type(err).__name__, err)")
     seen = {}
     for value in ("linear", "reference", "flash"):

@@ -4,7 +4,7 @@ Every model module writes its math in plain torch (EGT's gated attention in egt.
 biased attention in graphormer.py, dropout masks in layers.py, weight products as F.linear in
 linear.py). That reference form is what the models mean and what the tests check each kernel
 against (tests/models/test_kernels.py, test_linear.py). A kernel here computes the same function
-faster on some hardware; deleting one, with the `enabled` test at its call site, changes speed,
+faster on some hardware; deleting one, with the `use_kernel` test at its call site, changes speed,
 never the function: results agree to float rounding, and dropout masks are drawn by the caller,
 so both forms drop the same entries (except under SDPA's own dropout on a GPU, sdpa.py).
 
@@ -64,7 +64,7 @@ except UserError as err:
     _selected, _error = frozenset(), err
 
 
-def enabled(name: str) -> bool:
+def use_kernel(name: str) -> bool:
     """Whether kernel `name` runs (where it applies) instead of the reference code."""
     if _error is not None:
         raise _error
