@@ -131,6 +131,7 @@ def test_egt_compiles_through_the_gpu_attention_wrapper(graphs, two_threads, mon
     its hand-written backward, and outputs and gradients equal eager's through the opaque ops.
     (aot_eager: what a CUDA run shares with a CPU one is the capture and the traced backward, not
     inductor's C++ code.)"""
+    from gtscale.models import kernels
     from gtscale.models.kernels import gated_attention as fused
 
     apply_codegen_settings("cpu")
@@ -144,9 +145,10 @@ def test_egt_compiles_through_the_gpu_attention_wrapper(graphs, two_threads, mon
     reset_compile_state()
     compiled = torch.compile(eager, fullgraph=True, backend="aot_eager_decomp_partition")
     batch = make_batch(graphs)
-    expected = _run(model, head, batch, eager)
-    monkeypatch.setattr(fused, "gated_attention", fused._Traced.apply)
-    got = _run(model, head, batch, compiled)
+    with kernels.using("fast"):  # whatever GTSCALE_KERNELS says
+        expected = _run(model, head, batch, eager)
+        monkeypatch.setattr(fused, "gated_attention", fused._Traced.apply)
+        got = _run(model, head, batch, compiled)
     for a, b in zip(expected, got):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
     assert compile_count() == 1

@@ -11,6 +11,7 @@ from model_fixtures import TINY_GRAPHORMER, make_batch
 from gtscale.format.schema import SPD_UNREACHABLE
 from gtscale.models import build_model
 from gtscale.models import graphormer as graphormer_module
+from gtscale.models import kernels
 from gtscale.models.embeddings import MASK_VALUE
 
 
@@ -46,7 +47,7 @@ def test_bias_has_the_logits_dtype(graphs, autocast, dtype):
 def test_attention_runs_through_sdpa(graphs):
     model = _graphormer()
     with mock.patch.object(graphormer_module.F, "scaled_dot_product_attention", wraps=F.scaled_dot_product_attention) as sdpa:
-        with torch.no_grad():
+        with torch.no_grad(), kernels.using("fast"):
             model(make_batch(graphs))
     assert sdpa.call_count == TINY_GRAPHORMER["num_layers"]
 

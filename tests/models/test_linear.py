@@ -16,8 +16,11 @@ pytestmark = pytest.mark.skipif(not onednn.HAVE_ONEDNN, reason="this torch has n
 
 @pytest.fixture(autouse=True)
 def every_product_in_onednn(monkeypatch):
-    """The tests' products are small; below ONEDNN_MIN_FLOPS they would stay with F.linear."""
+    """The kernel on, whatever GTSCALE_KERNELS says; and the tests' products are small: below
+    ONEDNN_MIN_FLOPS they would stay with F.linear."""
     monkeypatch.setattr(onednn, "ONEDNN_MIN_FLOPS", 0)
+    with kernels.using("fast"):
+        yield
 
 
 def _ops(fn) -> set[str]:
