@@ -28,7 +28,7 @@ Index conventions of the Batch (schema.py) mapped onto Graphormer's tables, here
 Departure (gtscale's addition for graphs that are not molecules): with node_float_dim > 0, x_i is
 a linear map of the continuous node features (Batch.node_feat_float) instead of the atom table.
 
-Attention (eq. 6) is `biased_attention` below, in plain torch; where the `sdpa` kernel is enabled
+Attention (eq. 6-7) is `biased_attention` below, in plain torch; where the `sdpa` kernel is enabled
 and applies, torch's fused scaled_dot_product_attention computes it instead (kernels/sdpa.py).
 """
 
@@ -56,7 +56,7 @@ _BIAS_ALIGN = 16
 
 def biased_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor,
                      keep: torch.Tensor | None, scale: float) -> torch.Tensor:
-    """softmax(q kᵀ / √d + bias) v (eq. 6, the bias b_φ(i,j) + c_ij), with dropout on the map: the
+    """softmax(q kᵀ / √d + bias) v (eq. 6-7, the bias b_φ(i,j) + c_ij), with dropout on the map: the
     reference form. q, k, v [B, heads, M, d]; bias [B, heads, M, M], finite (MASK_VALUE where
     masked), so no row is all -inf; dropout's keep mask and scale, or None and 1."""
     attn = torch.softmax(torch.matmul(q * q.shape[-1] ** -0.5, k.transpose(-1, -2)) + bias, dim=-1)
