@@ -4,7 +4,10 @@ model on one fixed, seeded batch of real molecules of PCQM4Mv2's size distributi
 that peak memory is that run's alone.
 
 Figures: graphs/s from the median step time (robust to other processes briefly taking the CPU;
-the load average before and after is printed to judge that); peak memory (CUDA:
+the load average before and after is printed to judge that); CPU ms, the median step's CPU time
+of the process, all threads (on a loaded machine the wall time of a step stretches with every
+wait for a core, its CPU time far less; with --threads 1 no thread spins waiting for another);
+peak memory (CUDA:
 max_memory_allocated; CPU: peak RSS minus the RSS before the model was built, i.e. parameters,
 gradients, optimizer state and activations); FLOPs per step counted by torch's FlopCounterMode, and on a GPU of known peak the
 model FLOP utilisation. The loss is PCQM4Mv2's MAE against fixed random targets.
@@ -22,6 +25,9 @@ CUDA graphs instead of launching each kernel from Python.
 --profile FILE.md: after the timed steps each row (precision × implementation) trains one more
 step under torch.profiler, and FILE.md gets, per row, the --profile-rows (15) kernels (CUDA; CPU:
 the operators) of most self time, with their calls and share of the step's total.
+
+--kernels fast reference (or any GTSCALE_KERNELS values, models/kernels) times each row once per
+kernel selection, side by side, and prints each selection's throughput against the first's.
 
 For ET and MNA-GT a plain implementation written the obvious way (bench/reference.py: ET's
 update by autograd of the energy, MNA-GT's Âᵏ X by dense products) runs in the same invocation on
@@ -47,7 +53,7 @@ from gtscale.bench.step import adamw, device_named
 from gtscale.loader.batch import Batch
 from gtscale.loader.edge_batch import EdgeBatch
 from gtscale.errors import UserError
-from gtscale.models import build_head, build_model, load_model_config, parse_model_config
+from gtscale.models import build_head, build_model, kernels, load_model_config, parse_model_config
 from gtscale.train.compiled import prepare_inductor, private_cache_dir
 from gtscale.train.config import CompileConfig
 
@@ -86,6 +92,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-reference", action="store_true", help="skip the plain implementation (ET, MNA-GT)")
     parser.add_argument("--authors", type=Path, default=None, metavar="PATH",
                         help="time against the authors' code in this checkout (egt_pytorch or Graphormer; bench/authors.py)")
+    parser.add_argument("--kernels", nargs="+", default=None, metavar="SPEC",
+                        help="time every row with each of these kernel selections, side by side: fast, reference or a "
+                             f"comma-separated list of {', '.join(kernels.KERNELS)} (default: GTSCALE_KERNELS, else fast)")
     parser.add_argument("--compile", action="store_true", help="also time the model under torch.compile (fullgraph), side by side with eager")
     parser.add_argument("--cuda-graphs", action="store_true",
                         help="also time it compiled with CUDA graphs (mode reduce-overhead: the step replays captured kernels); CUDA only")
@@ -215,13 +224,14 @@ def measure(cfg: dict, batch: Batch | EdgeBatch, precision: str, steps: int, war
     with FlopCounterMode(display=False) as counter:
         step(eager)
     flops = counter.get_total_flops()
-    times = []
+    times, cpu_times = [], []
     for _ in range(steps):
         sync()
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         step()
         sync()
         times.append(time.perf_counter() - start)
+        cpu_times.append(time.process_time() - cpu_start)
     seconds = statistics.median(times)
     if device.type == "cuda":
         peak_mem = torch.cuda.max_memory_allocated(device)
@@ -237,6 +247,7 @@ def measure(cfg: dict, batch: Batch | EdgeBatch, precision: str, steps: int, war
         "nodes_per_s": num_nodes / seconds,
         "step_ms": seconds * 1e3,
         "step_ms_min": min(times) * 1e3,
+        "step_cpu_ms": statistics.median(cpu_times) * 1e3,
         "peak_mem_mb": peak_mem / 2**20,
         "gflop_per_step": flops / 1e9,
         "achieved_tflops": achieved / 1e12,
@@ -248,6 +259,12 @@ def measure(cfg: dict, batch: Batch | EdgeBatch, precision: str, steps: int, war
     if profile_rows:
         result["profile"] = profile_step(lambda: (step(), sync()), device, profile_rows)
     return result
+
+
+def measure_with_kernels(selection: str, *args) -> dict:
+    """`measure(*args)` with the fast kernels `selection` names (models/kernels), recorded in the row."""
+    with kernels.using(selection):
+        return {**measure(*args), "kernels": selection}
 
 
 def profile_step(step, device: torch.device, rows: int = PROFILE_ROWS) -> dict:
@@ -290,7 +307,8 @@ def profile_markdown(setup: dict, results: list[dict]) -> str:
         prof = r.get("profile")
         if prof is None:
             continue
-        lines += [f"## {setup['model']} · {r['precision']} · {r['implementation']} ({r['graphs_per_s']:,.1f} graphs/s timed)", "",
+        selection = f" · kernels {r['kernels']}" if len(setup.get("kernels", [])) > 1 else ""
+        lines += [f"## {setup['model']} · {r['precision']} · {r['implementation']}{selection} ({r['graphs_per_s']:,.1f} graphs/s timed)", "",
                   f"{prof['calls']:,} {prof['entries'][:-1]} calls, {prof['total_ms']:,.2f} ms of self {prof['time']} time in all; "
                   f"the {len(prof['rows'])} {prof['entries']} of most self {prof['time']} time:", "",
                   f"| # | {prof['entries'][:-1]} | calls | self ms | % of step |", "|---:|---|---:|---:|---:|"]
@@ -326,22 +344,28 @@ def _print(setup: dict, results: list[dict]) -> None:
         f"activation checkpointing {setup['checkpointing']}; 1-min load average "
         f"{setup['load_average_before']:.2f} before, {setup['load_average_after']:.2f} after"
     )
-    print(f"{'precision':<10}{'impl':<11}{'graphs/s':>10}{'nodes/s':>11}{'step ms':>10}{'min ms':>9}{'peak MiB':>10}{'GFLOP/step':>12}{'TFLOP/s':>9}{'MFU':>7}{'compile s':>10}")
+    width = max(len("kernels"), *(len(r["kernels"]) for r in results)) + 1
+    print(f"{'precision':<10}{'impl':<11}{'kernels':<{width}}{'graphs/s':>10}{'nodes/s':>11}{'step ms':>10}{'min ms':>9}{'CPU ms':>9}"
+          f"{'peak MiB':>10}{'GFLOP/step':>12}{'TFLOP/s':>9}{'MFU':>7}{'compile s':>10}")
     for r in results:
         mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "-"
         print(
-            f"{r['precision']:<10}{r['implementation']:<11}{r['graphs_per_s']:>10.1f}{r['nodes_per_s']:>11.0f}{r['step_ms']:>10.1f}"
-            f"{r['step_ms_min']:>9.1f}{r['peak_mem_mb']:>10.0f}{r['gflop_per_step']:>12.1f}{r['achieved_tflops']:>9.3f}{mfu:>7}"
+            f"{r['precision']:<10}{r['implementation']:<11}{r['kernels']:<{width}}"
+            f"{r['graphs_per_s']:>10.1f}{r['nodes_per_s']:>11.0f}{r['step_ms']:>10.1f}"
+            f"{r['step_ms_min']:>9.1f}{r['step_cpu_ms']:>9.1f}{r['peak_mem_mb']:>10.0f}{r['gflop_per_step']:>12.1f}{r['achieved_tflops']:>9.3f}{mfu:>7}"
             f"{'' if r['compile_s'] is None else format(r['compile_s'], '.1f'):>10}"
         )
+
+    def label(ratio: dict) -> str:  # the kernel selection named only when there are several
+        return ratio["precision"] + (f" ({ratio['kernels']})" if len(setup["kernels"]) > 1 else "")
+
     for ratio in setup.get("compile_ratios", []):
         impl = ratio["implementation"]
-        print(f"{ratio['precision']}: {impl} / eager throughput {ratio['speedup']:.2f}x, peak memory eager / {impl} {ratio['memory_saving']:.2f}x")
+        print(f"{label(ratio)}: {impl} / eager throughput {ratio['speedup']:.2f}x, peak memory eager / {impl} {ratio['memory_saving']:.2f}x")
     for ratio in setup.get("ratios", []):
-        print(
-            f"{ratio['precision']}: model / plain throughput {ratio['speedup']:.2f}x, "
-            f"peak memory plain / model {ratio['memory_saving']:.2f}x"
-        )
+        print(f"{label(ratio)}: model / plain throughput {ratio['speedup']:.2f}x, peak memory plain / model {ratio['memory_saving']:.2f}x")
+    for ratio in setup.get("kernel_ratios", []):
+        print(f"{ratio['precision']} {ratio['implementation']}: kernels {ratio['kernels']} / {ratio['against']} throughput {ratio['speedup']:.2f}x")
 
 
 def _has_plain(cfg: dict) -> bool:
@@ -358,6 +382,9 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--batch-size, --steps, --threads, --nodes, --graph-nodes and --profile-rows must be positive, --warmup and --edges >= 0")
     if args.compile or args.cuda_graphs:
         private_cache_dir(args.compile_cache)  # refused here, in one line, rather than in the row's process
+    selections = args.kernels or [os.environ.get("GTSCALE_KERNELS", "fast")]
+    for selection in selections:
+        kernels.parse(selection)  # refused here, in one line, rather than in the row's process
     claim_json(args.json)
     claim_markdown(args.profile, "model", "--profile")
     cfg = load_model_config(args.model)
@@ -383,6 +410,7 @@ def run(args: argparse.Namespace) -> int:
         "steps": args.steps,
         "warmup": args.warmup,
         "checkpointing": args.checkpointing,
+        "kernels": selections,
         "load_average_before": os.getloadavg()[0],
     }
     if graph_kind == "generated":
@@ -404,30 +432,44 @@ def run(args: argparse.Namespace) -> int:
     results = []
     for precision in args.precision:
         for implementation in implementations:
-            with context.Pool(1) as pool:
-                results.append(pool.apply(measure, (cfg, batch, precision, args.steps, args.warmup, args.threads, device, args.seed, args.peak_tflops, implementation,
-                                                    args.profile_rows if args.profile is not None else 0, args.compile_cache)))
-                # the worker ends on its own before the with-block's terminate: a terminated worker
-                # leaves the semaphores of inductor's compile workers to the resource tracker's warning
-                pool.close()
-                pool.join()
-    by_key = {(r["precision"], r["implementation"]): r for r in results}
+            for selection in selections:  # innermost: the selections of a row run one after the other
+                with context.Pool(1) as pool:
+                    results.append(pool.apply(measure_with_kernels, (
+                        selection, cfg, batch, precision, args.steps, args.warmup, args.threads, device, args.seed, args.peak_tflops,
+                        implementation, args.profile_rows if args.profile is not None else 0, args.compile_cache)))
+                    # the worker ends on its own before the with-block's terminate: a terminated worker
+                    # leaves the semaphores of inductor's compile workers to the resource tracker's warning
+                    pool.close()
+                    pool.join()
+    by_key = {(r["precision"], r["implementation"], r["kernels"]): r for r in results}
     setup["ratios"] = [
         {
             "precision": p,
-            "speedup": by_key[(p, "model")]["nodes_per_s"] / by_key[(p, "plain")]["nodes_per_s"],
-            "memory_saving": by_key[(p, "plain")]["peak_mem_mb"] / max(by_key[(p, "model")]["peak_mem_mb"], 1e-9),
+            "kernels": k,
+            "speedup": by_key[(p, "model", k)]["nodes_per_s"] / by_key[(p, "plain", k)]["nodes_per_s"],
+            "memory_saving": by_key[(p, "plain", k)]["peak_mem_mb"] / max(by_key[(p, "model", k)]["peak_mem_mb"], 1e-9),
         }
-        for p in args.precision if (p, "plain") in by_key
+        for p in args.precision for k in selections if (p, "plain", k) in by_key
     ]
     setup["compile_ratios"] = [
         {
             "precision": p,
             "implementation": impl,
-            "speedup": by_key[(p, impl)]["nodes_per_s"] / by_key[(p, "model")]["nodes_per_s"],
-            "memory_saving": by_key[(p, "model")]["peak_mem_mb"] / max(by_key[(p, impl)]["peak_mem_mb"], 1e-9),
+            "kernels": k,
+            "speedup": by_key[(p, impl, k)]["nodes_per_s"] / by_key[(p, "model", k)]["nodes_per_s"],
+            "memory_saving": by_key[(p, "model", k)]["peak_mem_mb"] / max(by_key[(p, impl, k)]["peak_mem_mb"], 1e-9),
         }
-        for p in args.precision for impl in ("compiled", "cudagraph") if (p, impl) in by_key
+        for p in args.precision for impl in ("compiled", "cudagraph") for k in selections if (p, impl, k) in by_key
+    ]
+    setup["kernel_ratios"] = [
+        {
+            "precision": p,
+            "implementation": impl,
+            "kernels": k,
+            "against": selections[0],
+            "speedup": by_key[(p, impl, k)]["nodes_per_s"] / by_key[(p, impl, selections[0])]["nodes_per_s"],
+        }
+        for p in args.precision for impl in implementations for k in selections[1:]
     ]
     setup["load_average_after"] = os.getloadavg()[0]
     _print(setup, results)

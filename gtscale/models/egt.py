@@ -16,13 +16,15 @@ not to float precision).
 Departure (gtscale's addition for graphs that are not molecules): with node_float_dim > 0 the
 input node channels are a linear map of the continuous node features (Batch.node_feat_float)
 instead of the authors' categorical embedding table.
+Departure with attn_maskout (off in every shipped config): a pair masked out at random loses its
+gate too, so it leaves the degree scaler's sum; the authors' code masks only its logit.
 
-Speed: tokens and node pairs are kept packed (packing.py), so every linear layer, layer norm and
+Layout: tokens and node pairs are kept packed (packing.py), so every linear layer, layer norm and
 FFN runs on real rows only; attention alone runs dense and heads-major, [heads, B, M, M], where M
-counts the virtual nodes first and then the graph's nodes. EGT's clipped logits, edge terms and
-gates do not fit a fused SDPA kernel, so attention is explicit: two batched matmuls around the
-elementwise chain of eq. 4 and 8-9, which has a hand-written backward (gated_attention.py), and the
-edge terms scattered once per layer from the packed pairs.
+counts the virtual nodes first and then the graph's nodes, and E(ê), G(ê) arrive there from the
+packed pairs by one row-wise scatter per layer. `gated_attention` below is eq. 4 and 8-9 in plain
+torch; kernels/gated_attention.py computes the same with a hand-written backward, and runs
+instead where that kernel is enabled (kernels/__init__.py).
 """
 
 from __future__ import annotations
@@ -34,11 +36,31 @@ from torch import nn
 from gtscale.loader.batch import Batch
 from gtscale.models.config import EGTConfig
 from gtscale.models.embeddings import MASK_VALUE, FeatureEmbedding, embed_nodes, lookup, node_embedding
-from gtscale.models.gated_attention import gated_attention
+from gtscale.models.kernels import gated_attention as fused
+from gtscale.models.kernels import use_kernel
 from gtscale.models.layers import FeedForward, compute_dtype, dropout, keep_mask, run_layer
 from gtscale.models.linear import Linear, matmul_nt
 from gtscale.models.outputs import Outputs
 from gtscale.models.packing import Packing
+
+
+def gated_attention(h_hat: torch.Tensor, gate_logits: torch.Tensor, v: torch.Tensor, logit_mask: torch.Tensor,
+                    gate_mask: torch.Tensor, keep: torch.Tensor | None, scale: float, num_virtual: int) -> torch.Tensor:
+    """V̂ [heads, B, M, d] of eq. 4 and 8-9: the reference form, as the authors' code computes it.
+
+    Ĥ and G [heads, B, M, M]; V [heads, B, M, d]; the masks broadcast over heads (logit_mask 0 where
+    a pair may attend, MASK_VALUE where not; gate_mask 1 / 0); dropout's keep mask and scale, or
+    None and 1; the number of virtual nodes, the first tokens, whose scaler is 1 (-1: no scalers)."""
+    gates = torch.sigmoid(gate_logits) * gate_mask  # σ(G), 0 on masked pairs
+    attn = torch.softmax(h_hat + logit_mask, dim=-1) * gates  # (4)
+    if keep is not None:
+        attn = attn * keep * scale  # attention dropout
+    out = torch.matmul(attn, v)
+    if num_virtual < 0:
+        return out
+    scaler = torch.log1p(gates.sum(dim=-1, keepdim=True))  # (8-9): ln(1 + Σ_j σ(G)_ij) ...
+    virtual = torch.arange(out.shape[-2], device=out.device)[:, None] < num_virtual
+    return out * torch.where(virtual, 1.0, scaler)  # ... and 1 on the virtual nodes
 
 
 class AttentionContext:
@@ -79,35 +101,31 @@ class EGTLayer(nn.Module):
             self.ffn_e = FeedForward(edge_width, round(edge_width * cfg.edge_ffn_multiplier), cfg.activation, cfg.edge_dropout)
 
     def attention(self, h: torch.Tensor, e: torch.Tensor, ctx: AttentionContext) -> tuple[torch.Tensor, torch.Tensor]:
-        """(V̂ packed [T, d_h], Ĥ packed channels-major [heads, P]) of eq. 3-4 and 8-9.
-
-        Attention runs heads-major, [heads, B, M, M], so that the edge terms arrive from the
-        packed pairs by a row-wise scatter (packing.py)."""
-        pack = ctx.packing
-        b, m, heads = pack.num_graphs, pack.size, self.num_heads
+        """(V̂ packed [T, d_h], Ĥ packed channels-major [heads, P]): eq. 3, 4 and 8-9 on the dense
+        heads-major layout [heads, B, M, M]."""
+        pack, heads = ctx.packing, self.num_heads
         qkv = pack.unpack_tokens(self.qkv(self.ln_h(h)))
-        q, k, v = qkv.view(b, m, 3, heads, self.head_dim).permute(2, 3, 0, 1, 4).unbind(0)  # [heads, B, M, d]
-        # E(ê) and G(ê) produced transposed, [heads or 2·heads, P], as the scatter wants them
+        q, k, v = qkv.view(pack.num_graphs, pack.size, 3, heads, self.head_dim).permute(2, 3, 0, 1, 4).unbind(0)  # [heads, B, M, d]
+        # E(ê) and G(ê) computed channels-major, [heads or 2·heads, P]: the layout the scatter takes
         edge_terms = matmul_nt(self.edge_in.weight, self.ln_e(e)) + self.edge_in.bias[:, None]
-        bias, *gate_logits = (pack.pairs_to_channels(t) for t in edge_terms.split(heads))  # [heads, B, M, M]
+        edge_bias, *gate_logits = pack.pairs_to_channels(edge_terms).split(heads)  # [heads, B, M, M] each
+        logits = torch.matmul(q * self.head_dim ** -0.5, k.transpose(-1, -2))
+        h_hat = logits.clamp(*self.clip).add_(edge_bias)  # (3); clamp's backward needs only its input
 
-        logits = torch.matmul(q * (self.head_dim ** -0.5), k.transpose(-1, -2))
-        h_hat = logits.clamp(*self.clip).add_(bias)  # clamp's backward needs only its input
         logit_mask, gate_mask = ctx.logit_mask, ctx.gate_mask
         if self.training and self.attn_maskout > 0:
-            keep, _ = keep_mask(h_hat.shape, self.attn_maskout, h_hat.device)
-            logit_mask = logit_mask.masked_fill(~keep, MASK_VALUE)
-            gate_mask = gate_mask * keep
+            kept = keep_mask(h_hat.shape, self.attn_maskout, h_hat.device)[0]
+            logit_mask, gate_mask = logit_mask.masked_fill(~kept, MASK_VALUE), gate_mask * kept
         p_drop = self.attn_dropout if self.training else 0.0
+        keep, scale = keep_mask(h_hat.shape, p_drop, h_hat.device) if p_drop > 0 else (None, 1.0)
         if self.gated:
-            num_virtual = ctx.num_virtual if self.scale_degree else -1
-            keep, scale = keep_mask(h_hat.shape, p_drop, h_hat.device) if p_drop > 0 else (None, 1.0)
-            out = gated_attention(h_hat, gate_logits[0], v, logit_mask, gate_mask, keep, scale, num_virtual)
-        else:
-            attn = dropout(torch.softmax(h_hat + logit_mask, dim=-1), p_drop, self.training)
-            out = torch.matmul(attn, v)  # [heads, B, M, d]
-        out = pack.pack_tokens(out.permute(1, 2, 0, 3).reshape(b, m, -1))
-        return out, pack.channels_to_pairs(h_hat)
+            attend = fused.gated_attention if use_kernel("gated_attention") else gated_attention
+            out = attend(h_hat, gate_logits[0], v, logit_mask, gate_mask, keep, scale, ctx.num_virtual if self.scale_degree else -1)
+        else:  # the ungated ablation: eq. 4 without σ(G)
+            attn = torch.softmax(h_hat + logit_mask, dim=-1)
+            out = torch.matmul(attn if keep is None else attn * keep * scale, v)
+        v_hat = pack.pack_tokens(out.permute(1, 2, 0, 3).reshape(pack.num_graphs, pack.size, -1))
+        return v_hat, pack.channels_to_pairs(h_hat)
 
     def forward(self, h: torch.Tensor, e: torch.Tensor, ctx: AttentionContext) -> tuple[torch.Tensor, torch.Tensor]:
         v_hat, h_hat = self.attention(h, e, ctx)

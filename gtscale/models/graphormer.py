@@ -14,8 +14,7 @@ released PCQM4Mv2 checkpoints, differs: `embedding_ln` (LayerNorm on h⁰ before
 `post_ln` (h' = LN(h + MHA(h)), h = LN(h' + FFN(h'))) and no final LayerNorm (`final_ln: false`).
 Departures from the authors' code: padding keys, and with `spatial_pos_max` the pairs their
 collator keeps from attending to each other, get MASK_VALUE instead of -inf. In training, dropout
-masks are drawn by layers.keep_mask (drop rates exact to 2⁻¹⁷, not to float precision), and on a
-CPU attention dropout runs outside SDPA (attention_with_dropout: the same math with those draws).
+masks are drawn by layers.keep_mask (drop rates exact to 2⁻¹⁷, not to float precision).
 Tables and vocabularies follow microsoft/Graphormer (graphormer_layers.py), so that
 graphormer-base with PCQM4Mv2's vocabularies has its published 47.1M parameters.
 
@@ -29,6 +28,9 @@ Index conventions of the Batch (schema.py) mapped onto Graphormer's tables, here
 
 Departure (gtscale's addition for graphs that are not molecules): with node_float_dim > 0, x_i is
 a linear map of the continuous node features (Batch.node_feat_float) instead of the atom table.
+
+Attention (eq. 6-7) is `biased_attention` below, in plain torch; where the `sdpa` kernel is enabled
+and applies, torch's fused scaled_dot_product_attention computes it instead (kernels/sdpa.py).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from gtscale.loader.batch import Batch
 from gtscale.format.schema import SPD_UNREACHABLE
 from gtscale.models.config import GraphormerConfig
 from gtscale.models.embeddings import MASK_VALUE, FeatureEmbedding, embed_nodes, lookup, node_embedding
+from gtscale.models.kernels import sdpa, use_kernel
 from gtscale.models.layers import FeedForward, compute_dtype, dropout, keep_mask, run_layer
 from gtscale.models.linear import Linear
 from gtscale.models.outputs import Outputs
@@ -50,6 +53,17 @@ from gtscale.models.packing import Packing
 #: fused memory-efficient SDPA kernel on GPU can read the bias in place instead of padding a copy
 #: in every layer.
 _BIAS_ALIGN = 16
+
+
+def biased_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor,
+                     keep: torch.Tensor | None, scale: float) -> torch.Tensor:
+    """softmax(q kᵀ / √d + bias) v (eq. 6-7, the bias b_φ(i,j) + c_ij), with dropout on the map: the
+    reference form. q, k, v [B, heads, M, d]; bias [B, heads, M, M], finite (MASK_VALUE where
+    masked), so no row is all -inf; dropout's keep mask and scale, or None and 1."""
+    attn = torch.softmax(torch.matmul(q * q.shape[-1] ** -0.5, k.transpose(-1, -2)) + bias, dim=-1)
+    if keep is None:
+        return torch.matmul(attn, v)
+    return torch.matmul(attn * keep, v * scale)  # the scale on v, the smaller tensor when d < M
 
 
 class GraphormerLayer(nn.Module):
@@ -80,25 +94,13 @@ class GraphormerLayer(nn.Module):
         qkv = packing.unpack_tokens(self.qkv(x))
         q, k, v = qkv.view(b, m, 3, heads, -1).permute(2, 0, 3, 1, 4).unbind(0)
         p_drop = self.attention_dropout if self.training else 0.0
-        if p_drop > 0 and q.device.type == "cpu":
-            out = attention_with_dropout(q, k, v, bias, p_drop)
+        if use_kernel("sdpa") and sdpa.applies(q, p_drop):
+            out = sdpa.attention(q, k, v, bias, p_drop)
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p_drop)
+            keep, scale = keep_mask((b, heads, m, m), p_drop, q.device) if p_drop > 0 else (None, 1.0)
+            out = biased_attention(q, k, v, bias, keep, scale)
         out = packing.pack_tokens(out.transpose(1, 2).reshape(b, m, -1))
         return dropout(self.out(out), self.dropout, self.training)
-
-
-def attention_with_dropout(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, p: float) -> torch.Tensor:
-    """softmax(q kᵀ / √d + bias) with dropout p, times v: scaled_dot_product_attention's math
-    written out, for CPU training. There SDPA has no fused kernel that takes dropout and runs this
-    same math, drawing the mask with torch's bernoulli sampler: 11 % of a graphormer-base training
-    step (`gtscale bench model --profile`); layers.keep_mask draws it for less, and its scale rides
-    on v ([.., M, d]) rather than on the map. (bias is finite, MASK_VALUE where masked: no row is
-    all -inf, so the plain softmax is SDPA's safe one.)"""
-    scores = torch.matmul(q * q.shape[-1] ** -0.5, k.transpose(-1, -2)) + bias
-    attn = torch.softmax(scores, dim=-1)
-    keep, scale = keep_mask(attn.shape, p, attn.device)
-    return torch.matmul(attn * keep, v * scale)
 
 
 class PathEncoding(nn.Module):

@@ -11,6 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from gtscale.models.kernels import use_kernel
+from gtscale.models.kernels.dropout import keep_from_halves
 from gtscale.models.linear import Linear
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -37,25 +39,12 @@ def keep_mask(shape: torch.Size | tuple[int, ...], p: float, device: torch.devic
     if dropped >= _KEEP_LEVELS:  # p = 1: nothing kept (the threshold would not fit in 16 bits)
         return torch.zeros(shape, dtype=torch.bool, device=device), 0.0
     words = torch.randint(-(2**31), 2**31 - 1, ((numel + 1) // 2,), dtype=torch.int32, device=device)
-    keep = _keep_from_halves(words, numel, dropped - _KEEP_LEVELS // 2).view(shape)
-    return keep, _KEEP_LEVELS / (_KEEP_LEVELS - dropped)
-
-
-@torch.library.custom_op("gtscale::keep_from_halves", mutates_args=())
-def _keep_from_halves(words: torch.Tensor, numel: int, threshold: int) -> torch.Tensor:
-    """bool [numel]: the first `numel` 16-bit halves of the int32 `words` ≥ `threshold`.
-
-    A custom op so that torch.compile keeps it a kernel of its own: inductor's C++ code generation
-    does not vectorise a loop that touches an int16 value, and fused into its consumer this
-    comparison left EGT's whole gate-and-dropout loop over each attention map scalar (one
-    std::exp per element: ~8 ms a layer of a compiled egt-small step on a CPU). Kept apart, the
-    consumer reads a bool mask, which it vectorises."""
-    return words.view(torch.int16)[:numel] >= threshold
-
-
-@_keep_from_halves.register_fake
-def _(words: torch.Tensor, numel: int, threshold: int) -> torch.Tensor:
-    return words.new_empty(numel, dtype=torch.bool)
+    threshold = dropped - _KEEP_LEVELS // 2  # k / 2¹⁶ of the signed 16-bit halves lie below it
+    if use_kernel("dropout_mask"):
+        keep = keep_from_halves(words, numel, threshold)
+    else:
+        keep = words.view(torch.int16)[:numel] >= threshold
+    return keep.view(shape), _KEEP_LEVELS / (_KEEP_LEVELS - dropped)
 
 
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:

@@ -50,6 +50,23 @@ def test_bench_model_runs_and_writes_json(tmp_path, capsys, cfg):
     assert figures["setup"]["padded_nodes"] == 20 and figures["setup"]["threads"] == 1
 
 
+def test_bench_model_times_kernel_selections_side_by_side(tmp_path, capsys):
+    model_path, json_path = tmp_path / "tiny.yaml", tmp_path / "out.json"
+    model_path.write_text(yaml.safe_dump({**TINY_EGT, "attn_dropout": 0.3}))
+    argv = ["bench", "model", "--model", str(model_path), "--batch-size", "4", "--precision", "fp32", "--kernels", "fast", "reference",
+            "--steps", "1", "--warmup", "0", "--threads", "1", "--json", str(json_path)]
+    assert main(argv) == 0
+    assert "fp32 model: kernels reference / fast throughput" in capsys.readouterr().out
+    figures = json.loads(json_path.read_text())
+    assert [r["kernels"] for r in figures["results"]] == ["fast", "reference"]
+    (ratio,) = figures["setup"]["kernel_ratios"]
+    assert ratio["kernels"] == "reference" and ratio["against"] == "fast" and ratio["speedup"] > 0
+
+    assert main([*argv[:-2], "--kernels", "fast", "flash", "--json", str(tmp_path / "bad.json")]) == 2
+    err = capsys.readouterr().err
+    assert "'flash'" in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "bad.json").exists()
+
+
 @pytest.mark.parametrize("cfg", [TINY_ET, TINY_MNAGT], ids=["et", "mnagt"])
 def test_bench_model_times_the_plain_implementation_too(tmp_path, capsys, cfg):
     model_path, json_path = tmp_path / "tiny.yaml", tmp_path / "out.json"

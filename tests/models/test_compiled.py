@@ -131,8 +131,8 @@ def test_egt_compiles_through_the_gpu_attention_wrapper(graphs, two_threads, mon
     its hand-written backward, and outputs and gradients equal eager's through the opaque ops.
     (aot_eager: what a CUDA run shares with a CPU one is the capture and the traced backward, not
     inductor's C++ code.)"""
-    from gtscale.models import egt as egt_module
-    from gtscale.models import gated_attention as ga
+    from gtscale.models import kernels
+    from gtscale.models.kernels import gated_attention as fused
 
     apply_codegen_settings("cpu")
     torch.manual_seed(0)
@@ -145,9 +145,35 @@ def test_egt_compiles_through_the_gpu_attention_wrapper(graphs, two_threads, mon
     reset_compile_state()
     compiled = torch.compile(eager, fullgraph=True, backend="aot_eager_decomp_partition")
     batch = make_batch(graphs)
-    expected = _run(model, head, batch, eager)
-    monkeypatch.setattr(egt_module, "gated_attention", ga._Traced.apply)
-    got = _run(model, head, batch, compiled)
+    with kernels.using("fast"):  # whatever GTSCALE_KERNELS says
+        expected = _run(model, head, batch, eager)
+        monkeypatch.setattr(fused, "gated_attention", fused._Traced.apply)
+        got = _run(model, head, batch, compiled)
+    for a, b in zip(expected, got):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+    assert compile_count() == 1
+
+
+@pytest.mark.parametrize("name", ["egt", "graphormer-pre-ln"])
+def test_the_reference_path_compiles_in_one_graph(name, graphs, two_threads):
+    """With no fast kernel (GTSCALE_KERNELS=reference), EGT and Graphormer still compile as one
+    graph and compute what eager computes: the plain attention of egt.py and graphormer.py traced,
+    with its dropout (aot_eager_decomp_partition: the capture and AOT autograd, no codegen)."""
+    from gtscale.models import kernels
+
+    apply_codegen_settings("cpu")
+    torch.manual_seed(0)
+    model = build_model(VARIANTS[name]).train()
+    head = build_head({"kind": "graph", "num_outputs": 2}, model)
+
+    def eager(batch):
+        return head(model(batch))
+
+    reset_compile_state()
+    compiled = torch.compile(eager, fullgraph=True, backend="aot_eager_decomp_partition")
+    batch = make_batch(graphs)
+    with kernels.using("reference"):
+        expected, got = _run(model, head, batch, eager), _run(model, head, batch, compiled)
     for a, b in zip(expected, got):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
     assert compile_count() == 1

@@ -194,68 +194,6 @@ def test_svd_encoding_uses_the_top_rank_of_each_half(graphs):
         assert not torch.allclose(model(used).graph, base)
 
 
-@pytest.mark.parametrize("wrapper", ["opaque", "traced"])
-@pytest.mark.parametrize("num_virtual", [-1, 0, 2])
-@pytest.mark.parametrize("p", [0.0, 0.3])
-def test_fused_gated_attention_gradients(num_virtual, p, wrapper):
-    """The hand-written backward of eq. 4 and 8-9, in both wrappers (the custom ops a compiled CPU
-    model keeps opaque, the autograd.Function the compiler traces on a GPU), against autograd on
-    the plain expression, with and without attention dropout and with one fully masked row."""
-    from gtscale.models import gated_attention as ga
-    from gtscale.models.layers import keep_mask
-
-    torch.manual_seed(0)
-    shape = (2, 3, 5, 5)
-    h_hat, gate_logits = torch.randn(shape, dtype=torch.double), torch.randn(shape, dtype=torch.double)
-    v = torch.randn(2, 3, 5, 4, dtype=torch.double)
-    allowed = torch.rand(1, 3, 5, 5) > 0.3
-    allowed[..., 4, :] = False  # a padding query: every key masked
-    logit_mask = torch.zeros(allowed.shape, dtype=torch.double).masked_fill(~allowed, -1e4)
-    gate_mask = allowed.double()
-    grad = torch.randn(2, 3, 5, 4, dtype=torch.double)
-    keep, scale = keep_mask(shape, p, h_hat.device) if p else (None, 1.0)
-
-    def run(fused: bool):
-        inputs = [t.clone().requires_grad_() for t in (h_hat, gate_logits, v)]
-        if fused:
-            args = (*inputs, logit_mask, gate_mask, keep, scale, num_virtual)
-            out = ga._opaque_forward(*args)[0] if wrapper == "opaque" else ga._Traced.apply(*args)
-        else:
-            h, g, vv = inputs
-            gates = torch.sigmoid(g) * gate_mask
-            attn = torch.softmax(h + logit_mask, dim=-1) * gates
-            if keep is not None:
-                attn = attn * keep * scale
-            out = attn @ vv
-            if num_virtual >= 0:
-                scaler = torch.log1p(gates.sum(-1, keepdim=True))
-                scaler = torch.cat([torch.ones_like(scaler[:, :, :num_virtual]), scaler[:, :, num_virtual:]], dim=2)
-                out = out * scaler
-        out.backward(grad)
-        return out, [t.grad for t in inputs]
-
-    (out, grads), (ref, ref_grads) = run(True), run(False)
-    torch.testing.assert_close(out, ref)
-    for got, expected in zip(grads, ref_grads):
-        torch.testing.assert_close(got, expected)
-    assert torch.isfinite(out).all()
-
-
-def test_gated_attention_custom_ops_pass_torch_library_checks():
-    """torch.library.opcheck on the opaque forward: schema, fake (meta) shapes, autograd
-    registration and no aliasing between outputs, as torch.compile relies on them."""
-    from gtscale.models import gated_attention as ga
-    from gtscale.models.layers import keep_mask
-
-    torch.manual_seed(0)
-    shape = (2, 3, 6, 6)
-    mask = torch.zeros(1, 3, 1, 6)
-    for keep, scale, num_virtual in [(None, 1.0, -1), (*keep_mask(shape, 0.2, torch.device("cpu")), 2)]:
-        args = (torch.randn(shape, requires_grad=True), torch.randn(shape, requires_grad=True),
-                torch.randn(2, 3, 6, 4, requires_grad=True), mask, torch.ones(1, 3, 1, 6), keep, scale, num_virtual)
-        torch.library.opcheck(ga._opaque_forward, args)
-
-
 def test_continuous_features_on_an_ego_batch_train_a_node_head_on_the_target(ego_shards):
     """EGT with node_float_dim: a linear embedding of node_feat_float, edge_vocab [1] ("an edge");
     forward/backward through a node head read at each target node, padding nodes inert."""

@@ -11,6 +11,7 @@ from model_fixtures import TINY_GRAPHORMER, make_batch
 from gtscale.format.schema import SPD_UNREACHABLE
 from gtscale.models import build_model
 from gtscale.models import graphormer as graphormer_module
+from gtscale.models import kernels
 from gtscale.models.embeddings import MASK_VALUE
 
 
@@ -46,36 +47,34 @@ def test_bias_has_the_logits_dtype(graphs, autocast, dtype):
 def test_attention_runs_through_sdpa(graphs):
     model = _graphormer()
     with mock.patch.object(graphormer_module.F, "scaled_dot_product_attention", wraps=F.scaled_dot_product_attention) as sdpa:
-        with torch.no_grad():
+        with torch.no_grad(), kernels.using("fast"):
             model(make_batch(graphs))
     assert sdpa.call_count == TINY_GRAPHORMER["num_layers"]
 
 
-def test_cpu_training_with_attention_dropout_writes_sdpa_out_with_keep_mask(graphs):
-    """On a CPU with attention dropout, each layer runs attention_with_dropout (SDPA would run the
-    same math with bernoulli draws); it equals SDPA's output on the map dropped by keep_mask's draw
-    of the same seed, and with that draw undone (keep all) it is SDPA's output."""
+def test_cpu_training_with_attention_dropout_runs_the_reference_with_keep_mask(graphs):
+    """On a CPU with attention dropout, each layer runs biased_attention (SDPA would run the same
+    math with bernoulli draws) on keep_mask's draw; it is SDPA's output on the map dropped by that
+    draw, and with every entry kept it is SDPA's output."""
     from gtscale.models.layers import keep_mask
 
     model = _graphormer(attention_dropout=0.3).train()
-    with mock.patch.object(graphormer_module, "attention_with_dropout", wraps=graphormer_module.attention_with_dropout) as written, \
+    with mock.patch.object(graphormer_module, "biased_attention", wraps=graphormer_module.biased_attention) as written, \
             mock.patch.object(graphormer_module.F, "scaled_dot_product_attention", wraps=F.scaled_dot_product_attention) as sdpa:
         model(make_batch(graphs)).graph.sum().backward()
     assert written.call_count == TINY_GRAPHORMER["num_layers"] and sdpa.call_count == 0
+    assert all(call.args[4] is not None for call in written.call_args_list)  # a keep mask each
 
     torch.manual_seed(1)
     q, k, v = (torch.randn(2, 4, 6, 8, dtype=torch.double) for _ in range(3))
     bias = torch.randn(2, 4, 6, 6, dtype=torch.double)
     bias[0, :, :, 5] = MASK_VALUE  # a padding key
-    torch.manual_seed(7)
-    got = graphormer_module.attention_with_dropout(q, k, v, bias, 0.3)
-    torch.manual_seed(7)
     keep, scale = keep_mask((2, 4, 6, 6), 0.3, torch.device("cpu"))
+    got = graphormer_module.biased_attention(q, k, v, bias, keep, scale)
     attn = torch.softmax(q @ k.transpose(-1, -2) / 8 ** 0.5 + bias, dim=-1)
     torch.testing.assert_close(got, (attn * keep * scale) @ v)
-    with mock.patch.object(graphormer_module, "keep_mask", lambda shape, p, device: (torch.ones(shape, dtype=torch.bool), 1.0)):
-        torch.testing.assert_close(graphormer_module.attention_with_dropout(q, k, v, bias, 0.3),
-                                   F.scaled_dot_product_attention(q, k, v, attn_mask=bias))
+    torch.testing.assert_close(graphormer_module.biased_attention(q, k, v, bias, torch.ones_like(keep), 1.0),
+                               F.scaled_dot_product_attention(q, k, v, attn_mask=bias))
 
 
 def test_bias_layout(graphs):

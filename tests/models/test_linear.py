@@ -1,24 +1,26 @@
-"""models/linear.py: fp32 CPU weight products through oneDNN compute F.linear's function, with
-its gradients, in every layout the models hand it, eager and compiled as one graph."""
-
-import subprocess
-import sys
+"""models/linear.py and its kernel, kernels/linear.py: fp32 CPU weight products through oneDNN
+compute F.linear's function, with its gradients, in every layout the models hand it, eager and
+compiled as one graph."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from gtscale.models import linear as linear_module
+from gtscale.models import kernels
+from gtscale.models.kernels import linear as onednn
 from gtscale.models.linear import Linear, linear, matmul_nt
 
-pytestmark = pytest.mark.skipif(not linear_module._HAVE_ONEDNN, reason="this torch has no oneDNN")
+pytestmark = pytest.mark.skipif(not onednn.HAVE_ONEDNN, reason="this torch has no oneDNN")
 
 
 @pytest.fixture(autouse=True)
 def every_product_in_onednn(monkeypatch):
-    """The tests' products are small; below ONEDNN_MIN_FLOPS they would stay with F.linear."""
-    monkeypatch.setattr(linear_module, "ONEDNN_MIN_FLOPS", 0)
+    """The kernel on, whatever GTSCALE_KERNELS says; and the tests' products are small: below
+    ONEDNN_MIN_FLOPS they would stay with F.linear."""
+    monkeypatch.setattr(onednn, "ONEDNN_MIN_FLOPS", 0)
+    with kernels.using("fast"):
+        yield
 
 
 def _ops(fn) -> set[str]:
@@ -85,9 +87,9 @@ def test_bf16_autocast_and_other_dtypes_stay_with_f_linear():
 
 def test_products_below_the_threshold_stay_with_f_linear(monkeypatch):
     x, layer = torch.randn(10, 20), Linear(20, 30)  # 2 · 10 · 20 · 30 = 12,000 FLOP
-    monkeypatch.setattr(linear_module, "ONEDNN_MIN_FLOPS", 12_001)
+    monkeypatch.setattr(onednn, "ONEDNN_MIN_FLOPS", 12_001)
     assert "mkldnn::_linear_pointwise" not in _ops(lambda: layer(x))
-    monkeypatch.setattr(linear_module, "ONEDNN_MIN_FLOPS", 12_000)
+    monkeypatch.setattr(onednn, "ONEDNN_MIN_FLOPS", 12_000)
     assert "mkldnn::_linear_pointwise" in _ops(lambda: layer(x))
 
 
@@ -99,13 +101,12 @@ def test_compiled_in_one_graph_equals_eager():
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_the_aten_switch_sends_products_back_to_mkl():
-    code = ("import torch; from gtscale.models import linear; linear.ONEDNN_MIN_FLOPS = 0\n"
-            "with torch.profiler.profile() as p: linear.Linear(8, 3)(torch.randn(4, 8))\n"
-            "print(sorted(e.key for e in p.key_averages() if 'mm' in e.key or 'linear' in e.key))")
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**__import__("os").environ, "GTSCALE_CPU_GEMM": "aten"})
-    assert "aten::addmm" in run.stdout and "mkldnn" not in run.stdout
+def test_without_the_kernel_products_are_f_linear():
+    x, layer = torch.randn(4, 8), Linear(8, 3)
+    for spec in ("reference", "sdpa,gated_attention"):
+        with kernels.using(spec):
+            ops = _ops(lambda: layer(x))
+        assert "aten::addmm" in ops and not any("mkldnn" in op for op in ops)
 
 
 def test_the_weight_gradient_copies_no_activation():

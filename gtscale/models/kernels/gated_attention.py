@@ -1,18 +1,19 @@
-"""EGT's gated attention core (eq. 4 and 8-9) with a hand-written backward, heads-major.
+"""EGT's gated attention (eq. 4 and 8-9, egt.gated_attention) with a hand-written backward.
 
-With g = σ(G)·gate_mask, keep the dropout mask and c its scale (1 / keep rate),
+The function is egt.gated_attention's, heads-major: with g = σ(G)·gate_mask, keep the dropout
+mask and c its scale (1 / keep rate),
 
     V̂ = ((softmax(Ĥ + logit_mask) ⊙ g ⊙ keep) (c·V)) ⊙ s,  s_i = ln(1 + Σ_j g_ij)
 
-(s = 1 on the virtual nodes; num_virtual = -1 switches the scalers off). Autograd would keep the
-softmax, the sigmoid, the gated map, the dropout mask and the dropped map of every layer for
-backward; this keeps the softmax, the gates and a byte mask, and recomputes the map. Elementwise
-passes over the [heads, B, M, M] maps are most of a layer's time outside its matrix products, so
-the dropout scale c rides on V and on the incoming gradient ([.., M, d], smaller than the map when
-d < M) instead of the map, and σ'(G)·gate_mask = g(1 - g) (gate_mask is 0 or 1) is one
-sigmoid_backward pass. Runs in Ĥ's dtype with autocast off: under autocast its inputs already come
-in the low-precision dtype. The dropout mask is drawn by the caller, so both passes are pure
-functions of their inputs.
+(s = 1 on the virtual nodes; num_virtual = -1 switches the scalers off). Autograd on that
+expression keeps the softmax, the sigmoid, the gated map, the dropout mask and the dropped map of
+every layer for backward; this keeps the softmax, the gates and a byte mask, and recomputes the
+map. Elementwise passes over the [heads, B, M, M] maps are most of a layer's time outside its
+matrix products, so the dropout scale c rides on V and on the incoming gradient ([.., M, d],
+smaller than the map when d < M) instead of the map, and σ'(G)·gate_mask = g(1 - g) (gate_mask is
+0 or 1) is one sigmoid_backward pass. Runs in Ĥ's dtype with autocast off: under autocast its
+inputs already come in the low-precision dtype. The dropout mask is drawn by the caller, so both
+passes are pure functions of their inputs.
 
 One computation, two wrappers around it (`gated_attention` picks by device):
 - an autograd.Function, which torch.compile traces through: on a GPU inductor fuses the gate,
@@ -21,13 +22,16 @@ One computation, two wrappers around it (`gated_attention` picks by device):
   inductor's C++ kernels for this chain (softmax reductions over rows of M ≈ 40 with the masks,
   gates and the pair gather fused into each pass) cost more than aten's vectorised kernels
   (`gtscale bench model --profile`, egt-small: 276 ms of a 1,296 ms compiled step; opaque, the
-  compiled step went from 0.98× to 1.04× eager, docs/speed.md), so a compiled CPU model runs aten's
-  kernels here and fuses the rest.
+  compiled step went from 0.98× to 1.04× eager, docs/results/cpu-speed.md), so a compiled CPU
+  model runs aten's kernels here and fuses the rest.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
+from torch.utils.flop_counter import register_flop_formula
 
 
 def _as_bytes(keep: torch.Tensor) -> torch.Tensor:
@@ -150,6 +154,18 @@ def _opaque_autograd(ctx, grad, *unused_aux_grads):
 
 
 _opaque_forward.register_autograd(_opaque_autograd, setup_context=_save)
+
+
+# FLOPs as torch counts the reference's products (attention map × V forward, two such backward),
+# so that a step's FLOP count and MFU do not depend on the kernel.
+@register_flop_formula(torch.ops.gtscale.gated_attention)
+def _forward_flops(h_hat_shape, gate_shape, v_shape, *args, **kwargs) -> int:
+    return 2 * math.prod(h_hat_shape) * v_shape[-1]
+
+
+@register_flop_formula(torch.ops.gtscale.gated_attention_backward)
+def _backward_flops(grad_shape, probs_shape, gates_shape, keep_shape, v_shape, *args, **kwargs) -> int:
+    return 4 * math.prod(probs_shape) * v_shape[-1]
 
 
 def gated_attention(h_hat, gate_logits, v, logit_mask, gate_mask, keep: torch.Tensor | None, scale: float, num_virtual: int) -> torch.Tensor:
