@@ -4,7 +4,6 @@ model ever lower as the signal's share rises while a model that reads the neighb
 capped."""
 
 import numpy as np
-import pytest
 import scipy.sparse as sp
 
 from gtscale.cli import main
