@@ -35,6 +35,7 @@ SUBCOMMANDS: dict[tuple[str, str], tuple[str, str]] = {
     ("baseline", "ecfp"): ("gtscale.experiments.ecfp", "ECFP (Morgan r=2, 2048 bits) + SVR / RF on a MoleculeACE shard set's split, as a sweep row"),
     ("baseline", "kernel"): ("gtscale.experiments.kernel_baseline", "SVR on ECFP4 Tanimoto + an RBF kernel on a pretrained export's representation, as a sweep row"),
     ("shard", "graph-ego"): ("gtscale.graphs.shard_cli", "ego-subgraph shards of each split's target nodes of a graph store"),
+    ("graph", "predict"): ("gtscale.train.graph_predict", "an anomaly score for every node of a graph store, each with all its neighbours"),
 }
 
 #: `gtscale bench <name>` → (module, help)

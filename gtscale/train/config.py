@@ -42,6 +42,10 @@ class GraphDataConfig:
     # fanout: neighbours each node samples at each hop; ego: per-hop fan-out caps (graph-ego --fanouts)
     fanouts: list[int] = field(default_factory=lambda: [16, 16])
     batch_targets: int = 1024  # fanout: target nodes per batch
+    # how `gtscale evaluate` scores a split: sampled, in batches of the sampler above as the trainer
+    # evaluates; or full, every node with all of its neighbours, layer by layer over the whole store
+    # (models that attend along edges one layer at a time: the sparse ET; train/full_inference.py)
+    inference: Literal["sampled", "full"] = "sampled"
     max_nodes: int = 64  # ego: node cap of an ego subgraph (--max-nodes)
     sampler_seed: int = 0  # ego: the sampler's priority seed (--sampler-seed)
     svd_rank: int = 8  # ego: r of EGT's SVD encoding, 0 = off (--svd-rank)

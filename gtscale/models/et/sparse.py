@@ -40,6 +40,7 @@ from gtscale.loader.edge_batch import EdgeBatch
 from gtscale.models.config import ETConfig
 from gtscale.models.embeddings import FeatureEmbedding, embed_edge_batch
 from gtscale.models.et.energy import ETBlock
+from gtscale.models.et.layerwise import LayerwiseET
 from gtscale.models.layers import run_layer
 from gtscale.models.linear import Linear
 from gtscale.models.outputs import Outputs
@@ -116,6 +117,10 @@ class SparseET(nn.Module):
         if dense_mask is not None:
             node = batch.to_dense_nodes(node, dense_mask)
         return Outputs(node=node, edge=None, graph=pooled)
+
+    def layerwise(self) -> LayerwiseET:
+        """This model's forward as steps over chunks of nodes (full-neighbourhood inference)."""
+        return LayerwiseET(self)
 
     @torch.no_grad()
     def energies(self, batch: EdgeBatch) -> list[float]:
