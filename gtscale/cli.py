@@ -45,6 +45,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "model": ("gtscale.bench.model", "forward+backward graphs/s and peak memory of a model"),
     "train": ("gtscale.bench.train", "training-loop graphs/s against the model alone on pre-collated batches"),
     "graph": ("gtscale.bench.graph", "huge-graph CSR build, store open, ego/induced sampling vs scipy + Python BFS"),
+    "graph-sampling": ("gtscale.bench.graph_sampling", "features-only, induced and fan-out training on neighbour-dependent labels: test AUROC sampled and full, targets/s, memory"),
 }
 
 

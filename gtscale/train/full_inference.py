@@ -70,34 +70,37 @@ def full_graph_logits(model: torch.nn.Module, store: GraphStore, workdir: str | 
         def rows(array: np.ndarray, a: int, b: int) -> torch.Tensor:
             return torch.from_numpy(np.array(array[a:b], np.float32)).to(device)
 
-        def neighbourhood(x: np.ndarray, a: int, b: int) -> tuple[np.ndarray, torch.Tensor, torch.Tensor]:
+        def neighbourhood(g: np.ndarray, a: int, b: int) -> tuple[np.ndarray, torch.Tensor, torch.Tensor]:
+            """(the rows' neighbours, their g row after row, each row's count)"""
             neighbours = np.asarray(indices[indptr[a] : indptr[b]], np.int64)
             counts = torch.from_numpy(np.diff(indptr[a : b + 1])).to(device)
-            return neighbours, torch.from_numpy(x[neighbours]).to(device), counts
+            return neighbours, torch.from_numpy(g[neighbours]).to(device), counts
 
-        first = states("x0", form.width)
+        x, g = states("x0", form.width), states("g0", form.width)
         for a, b in chunks:
-            first[a:b] = form.embed(rows(store.features, a, b)).cpu().numpy()
+            x0 = form.embed(rows(store.features, a, b))
+            x[a:b], g[a:b] = x0.cpu().numpy(), form.normalise(x0).cpu().numpy()
             bar.update(b - a)
-        x, lse = first, states("lse", form.num_heads)
+        first, lse = g, states("lse", form.num_heads)
         for step in range(form.num_steps):
             for a, b in chunks:
-                _, x_nbr, counts = neighbourhood(x, a, b)
-                lse[a:b] = form.log_normalisers(rows(x, a, b), x_nbr, counts).cpu().numpy()
+                _, g_nbr, counts = neighbourhood(g, a, b)
+                lse[a:b] = form.log_normalisers(rows(g, a, b), g_nbr, counts).cpu().numpy()
                 bar.update(b - a)
-            following = states(f"x{step + 1}", form.width)
+            x_next, g_next = states(f"x{step + 1}", form.width), states(f"g{step + 1}", form.width)
             for a, b in chunks:
-                neighbours, x_nbr, counts = neighbourhood(x, a, b)
+                neighbours, g_nbr, counts = neighbourhood(g, a, b)
                 lse_nbr = torch.from_numpy(lse[neighbours]).to(device)
-                following[a:b] = form.step(rows(x, a, b), x_nbr, counts, rows(lse, a, b), lse_nbr).cpu().numpy()
+                new = form.step(rows(x, a, b), rows(g, a, b), g_nbr, counts, rows(lse, a, b), lse_nbr)
+                x_next[a:b], g_next[a:b] = new.cpu().numpy(), form.normalise(new).cpu().numpy()
                 bar.update(b - a)
-            if x is not first:
-                Path(x.filename).unlink()
-            x = following
+            for done in (x, g) if step else (x,):  # g0 stays: the output reads it
+                Path(done.filename).unlink()
+            x, g = x_next, g_next
         logits = np.empty(n, np.float32)
         for a, b in chunks:
-            node = form.node_output(rows(first, a, b), rows(x, a, b))
+            node = form.node_output(rows(first, a, b), rows(g, a, b))
             logits[a:b] = model.head(Outputs(node=node, edge=None, graph=None))[:, 0].float().cpu().numpy()
             bar.update(b - a)
-        del first, x, lse
+        del first, x, g, lse
     return logits
