@@ -112,7 +112,7 @@ def _train(spec: dict, sampler: str, weights: str) -> dict:
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            losses.append(float(loss))
+            losses.append(float(loss.detach()))
             counts = {"steps": counts["steps"] + 1, "targets": counts["targets"] + len(batch.target_id),
                       "nodes": counts["nodes"] + batch.num_nodes, "edges": counts["edges"] + batch.num_edges}
             if time.process_time() - cpu >= spec["train_cpu_seconds"]:
