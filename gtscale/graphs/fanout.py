@@ -16,6 +16,14 @@ training `quota` batches, wrapping round to the slot's first targets when it run
 `epoch_batches` batches per rank; by default about one pass over the split, and at least the
 induced loader's MIN_EPOCH_ROUNDS rounds of the rank's workers (workers start afresh each epoch).
 
+A batch's node count changes with every sample, and oneDNN (which runs the models' CPU weight
+products: gtscale/models/linear.py) caches a kernel with its working memory for every new shape,
+up to 1,024 of them: fan-out training on a T-Social-size graph grew to 8.9 GiB in 437 steps.
+So a batch is padded up to the next of the loader's geometric bucket sizes (ratio 1.05: at most
+5 % more nodes), with isolated nodes in filler graphs no larger than a neighbourhood (pad_nodes),
+which leaves every output of the batch's own nodes as it was: its node counts then take a few
+dozen values over a whole run.
+
 Neighbourhoods are drawn by a generator seeded per batch: in training by (seed, epoch, rank,
 worker, batch ordinal), in evaluation by (seed, the batch's first target), so evaluation samples
 the same neighbourhoods every time. The sampling happens in `_collate`, which the replay of a
@@ -34,11 +42,22 @@ import numpy as np
 from gtscale.errors import UserError
 from gtscale.graphs.induced import MIN_EPOCH_ROUNDS, graph_task_manifest
 from gtscale.graphs.neighbourhoods import sample_neighbourhoods
-from gtscale.graphs.node_batches import PROVIDED_KEYS, EdgeStoreLoader, store_edge_batch
+from gtscale.graphs.node_batches import PROVIDED_KEYS, EdgeStoreLoader, pad_nodes, store_edge_batch
 from gtscale.graphs.store import GraphStore
+from gtscale.loader.bucketing import geometric_boundaries
 from gtscale.loader.config import LoaderConfig, SeedPurpose, derive_seed
 from gtscale.loader.edge_batch import EdgeBatch
 from gtscale.loader.slots import ShardStream
+
+
+#: Bucket ratio of the padded node counts (see the module docstring).
+NODE_BUCKET_RATIO = 1.05
+
+
+def padded_size(num_nodes: int) -> int:
+    """The smallest geometric bucket size (ratio NODE_BUCKET_RATIO) of at least num_nodes nodes."""
+    bounds = geometric_boundaries(NODE_BUCKET_RATIO, max(num_nodes, 2))
+    return next(hi - 1 for hi in bounds if hi - 1 >= num_nodes)
 
 
 class FanoutStream(ShardStream):
@@ -83,10 +102,13 @@ class FanoutStream(ShardStream):
         return self.neighbourhood_batch(targets, np.random.default_rng(seed))
 
     def neighbourhood_batch(self, targets: np.ndarray, rng: np.random.Generator) -> EdgeBatch:
-        """One EdgeBatch: a graph per target, its sampled neighbourhood; only the targets scored."""
+        """One EdgeBatch: a graph per target, its sampled neighbourhood, padded to a bucket size; only
+        the targets scored."""
         store = self._open()
         trees = sample_neighbourhoods(store.indptr, store.indices, targets, self.fanouts, rng)
-        return store_edge_batch(store, trees.nodes, trees.edge_index, trees.roots, targets, trees.tree, len(targets))
+        batch = store_edge_batch(store, trees.nodes, trees.edge_index, trees.roots, targets, trees.tree, len(targets))
+        largest = 1 + sum(int(np.prod(self.fanouts[: h + 1])) for h in range(len(self.fanouts)))  # the most nodes a tree can have
+        return pad_nodes(batch, padded_size(batch.num_nodes), largest)
 
 
 class FanoutLoader(EdgeStoreLoader):

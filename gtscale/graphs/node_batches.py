@@ -17,6 +17,24 @@ from gtscale.loader.edge_batch import EdgeBatch
 PROVIDED_KEYS = (schema.TARGET_Y,)
 
 
+def pad_nodes(batch: EdgeBatch, num_nodes: int, graph_nodes: int) -> EdgeBatch:
+    """`batch` with isolated, featureless, unscored nodes appended up to `num_nodes`, in filler
+    graphs of at most `graph_nodes` nodes each (idx FILLER_IDX), so that no graph grows and no
+    output of the batch's own nodes changes."""
+    extra = num_nodes - batch.num_nodes
+    if extra <= 0:
+        return batch
+    fillers = -(-extra // graph_nodes)
+    graph = batch.num_graphs + torch.arange(extra) // graph_nodes
+    return EdgeBatch(
+        edge_index=batch.edge_index, graph_index=torch.cat([batch.graph_index, graph]), num_graphs=batch.num_graphs + fillers,
+        node_feat_float=torch.cat([batch.node_feat_float, batch.node_feat_float.new_zeros(extra, batch.node_feat_float.shape[1])]),
+        target_node=batch.target_node, target_id=batch.target_id, target_y=batch.target_y, target_y_mask=batch.target_y_mask,
+        idx=torch.cat([batch.idx, torch.full((fillers,), FILLER_IDX, dtype=torch.long)]),
+        max_graph_nodes=max(batch.max_graph_nodes, min(extra, graph_nodes)),
+    )
+
+
 def store_edge_batch(store: GraphStore, nodes: np.ndarray, edge_index: np.ndarray, target_node: np.ndarray, idx: np.ndarray,
                      graph_index: np.ndarray | None = None, num_graphs: int = 1) -> EdgeBatch:
     """One EdgeBatch of `nodes` (global ids) with `edge_index` (positions in nodes), scoring the

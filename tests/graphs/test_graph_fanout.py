@@ -94,7 +94,7 @@ def test_a_batch_scores_only_its_targets(store, graph, splits):
     loader = build_fanout_loader(store, splits["val"], FANOUTS, 64, _config(), train=False, rank=0, world_size=1)
     batch = next(iter(loader))
     targets = np.sort(splits["val"])[:64]
-    assert batch.num_graphs == 64 and batch.target_id.tolist() == targets.tolist()
+    assert batch.target_id.tolist() == targets.tolist() and batch.idx[:64].tolist() == targets.tolist()
     assert batch.graph_index[batch.target_node].tolist() == list(range(64)) and batch.num_nodes > 64
     labels = np.asarray(g.labels[targets])
     np.testing.assert_array_equal(batch.target_y.numpy(), (labels == 1).astype(np.float32))
@@ -102,6 +102,41 @@ def test_a_batch_scores_only_its_targets(store, graph, splits):
     scores = torch.randn(batch.num_nodes, 1)
     ids, logits = target_scores(batch, scores)
     assert ids.tolist() == targets.tolist() and torch.equal(logits, scores[batch.target_node, 0])
+
+
+def _unpadded(batch):
+    """The batch without its padding: the nodes of the targets' own graphs."""
+    from gtscale.loader.edge_batch import EdgeBatch
+
+    own = batch.graph_index < len(batch.target_id)
+    return EdgeBatch(edge_index=batch.edge_index, graph_index=batch.graph_index[own], num_graphs=len(batch.target_id),
+                     node_feat_float=batch.node_feat_float[own], target_node=batch.target_node, target_id=batch.target_id,
+                     target_y=batch.target_y, target_y_mask=batch.target_y_mask, idx=batch.idx[: len(batch.target_id)])
+
+
+def test_padding_to_a_bucket_size_changes_no_targets_score(store, splits):
+    """Node counts are padded to the loader's geometric bucket sizes (oneDNN caches a kernel per
+    shape) with isolated, unscored nodes in filler graphs no larger than a neighbourhood."""
+    from gtscale.graphs.fanout import padded_size
+    from gtscale.loader.bucketing import geometric_boundaries
+    from gtscale.models import build_model, load_model_config
+
+    sizes = {hi - 1 for hi in geometric_boundaries(1.05, 1 << 20)}
+    loader = build_fanout_loader(store, splits["val"], FANOUTS, 37, _config(), train=False, rank=0, world_size=1)
+    et = build_model(load_model_config("et-tfinance") | {"width": 16, "head_dim": 8, "num_heads": 2, "num_memories": 16}).eval()
+    mnagt = build_model(load_model_config("mnagt-small") | {"node_vocab": [], "node_float_dim": 10}).eval()
+    padded_any = False
+    for batch in loader:
+        plain = _unpadded(batch)
+        assert batch.num_nodes in sizes and batch.num_nodes == padded_size(plain.num_nodes) < 1.05 * plain.num_nodes + 2
+        padded_any |= batch.num_nodes > plain.num_nodes
+        assert int(batch.edge_index.max()) < plain.num_nodes, "no edge touches a padding node"
+        assert (batch.idx[len(batch.target_id):] == -1).all() and batch.max_graph_nodes <= 1 + 4 + 4 * 3
+        assert (batch.node_feat_float[plain.num_nodes:] == 0).all() and (torch.diff(batch.graph_index) >= 0).all()
+        with torch.no_grad():
+            for model in (et, mnagt):
+                torch.testing.assert_close(model(batch).node[batch.target_node], model(plain).node[plain.target_node], atol=1e-5, rtol=1e-5)
+    assert padded_any
 
 
 def _rank_batches(store, targets, config, world_size, train, epochs=1, batch_targets=50):
