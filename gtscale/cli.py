@@ -35,6 +35,7 @@ SUBCOMMANDS: dict[tuple[str, str], tuple[str, str]] = {
     ("baseline", "ecfp"): ("gtscale.experiments.ecfp", "ECFP (Morgan r=2, 2048 bits) + SVR / RF on a MoleculeACE shard set's split, as a sweep row"),
     ("baseline", "kernel"): ("gtscale.experiments.kernel_baseline", "SVR on ECFP4 Tanimoto + an RBF kernel on a pretrained export's representation, as a sweep row"),
     ("shard", "graph-ego"): ("gtscale.graphs.shard_cli", "ego-subgraph shards of each split's target nodes of a graph store"),
+    ("graph", "predict"): ("gtscale.train.graph_predict", "an anomaly score for every node of a graph store, each with all its neighbours"),
 }
 
 #: `gtscale bench <name>` → (module, help)
@@ -44,6 +45,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "model": ("gtscale.bench.model", "forward+backward graphs/s and peak memory of a model"),
     "train": ("gtscale.bench.train", "training-loop graphs/s against the model alone on pre-collated batches"),
     "graph": ("gtscale.bench.graph", "huge-graph CSR build, store open, ego/induced sampling vs scipy + Python BFS"),
+    "graph-sampling": ("gtscale.bench.graph_sampling", "features-only, induced and fan-out training on neighbour-dependent labels: test AUROC sampled and full, targets/s, memory"),
 }
 
 

@@ -23,6 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     build.add_argument("--edges", type=int, default=1_000_000, help="synthetic: number of edges drawn (before deduplication)")
     build.add_argument("--seed", type=int, default=0, help="synthetic: seed")
     build.add_argument("--anomaly-ratio", type=float, default=0.03, help="synthetic: share of anomalous nodes")
+    build.add_argument("--neighbour-signal", type=float, default=None, metavar="S",
+                       help="synthetic: labels from a score whose variance comes a share S in [0, 1] from the mean of the "
+                            "neighbours' features, 1 − S from the node's own (default: planted anomalies instead)")
     build.add_argument("--quiet", action="store_true", help="no progress bars")
     info = actions.add_parser("info", help="summarise a built store")
     info.add_argument("store")
@@ -36,7 +39,11 @@ def make_source(args: argparse.Namespace):
     if args.source == "synthetic":
         if args.nodes < 2 or args.edges < 1:
             raise UserError("--nodes must be ≥ 2 and --edges ≥ 1")
-        return synthetic_source(args.nodes, args.edges, args.seed, anomaly_ratio=args.anomaly_ratio)
+        if not 0 < args.anomaly_ratio < 1:
+            raise UserError(f"--anomaly-ratio must be in (0, 1), got {args.anomaly_ratio}")
+        if args.neighbour_signal is not None and not 0 <= args.neighbour_signal <= 1:
+            raise UserError(f"--neighbour-signal must be in [0, 1], got {args.neighbour_signal}")
+        return synthetic_source(args.nodes, args.edges, args.seed, anomaly_ratio=args.anomaly_ratio, neighbour_signal=args.neighbour_signal)
     if not args.input:
         raise UserError(f"`graph build {args.source}` needs --input")
     if args.source == "dgl":

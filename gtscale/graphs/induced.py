@@ -39,23 +39,19 @@ from pathlib import Path
 from typing import Iterator
 
 import numpy as np
-import torch
 
 from gtscale.errors import UserError
 from gtscale.format import schema
+from gtscale.graphs.node_batches import PROVIDED_KEYS, EdgeStoreLoader, store_edge_batch
 from gtscale.graphs.sample import induced_edges, node_keys
-from gtscale.graphs.online import StoreLoader
 from gtscale.graphs.splits import mask_split, node_task_section, ratio_split
 from gtscale.graphs.store import GraphStore
 from gtscale.loader.config import LoaderConfig, SeedPurpose, derive_seed
 from gtscale.loader.edge_batch import EdgeBatch
-from gtscale.loader.batch import FILLER_IDX
 from gtscale.loader.slots import ShardStream
 
 #: Default epochs are at least this many rounds (see the module docstring).
 MIN_EPOCH_ROUNDS = 16
-#: Batch fields this loader provides besides node features and edges.
-PROVIDED_KEYS = (schema.TARGET_Y,)
 
 
 def part_size(num_nodes: int, fraction: float) -> int:
@@ -143,30 +139,14 @@ class InducedStream(ShardStream):
         split's nodes among them."""
         store = self._open()
         edge_index = induced_edges(store.indptr, store.indices, nodes, self._local)
-        target = np.flatnonzero(self._is_target[nodes])
-        labels = np.asarray(store.labels[nodes[target]], np.int64)
-        return EdgeBatch(
-            edge_index=torch.from_numpy(edge_index), graph_index=torch.zeros(len(nodes), dtype=torch.long), num_graphs=1,
-            node_feat_float=torch.from_numpy(np.asarray(store.features[nodes], np.float32)),
-            target_node=torch.from_numpy(target.astype(np.int64)), target_id=torch.from_numpy(nodes[target]),
-            target_y=torch.from_numpy((labels == 1).astype(np.float32)), target_y_mask=torch.from_numpy(labels >= 0),
-            idx=torch.tensor([idx]),
-        )
+        return store_edge_batch(store, nodes, edge_index, np.flatnonzero(self._is_target[nodes]), np.array([idx]))
 
 
-class InducedLoader(StoreLoader):
-    """`StoreLoader` over an `InducedStream`."""
+class InducedLoader(EdgeStoreLoader):
+    """`EdgeStoreLoader` over an `InducedStream`."""
 
     def _sampler_settings(self) -> bytes:
         return repr(self._stream.fraction).encode()
-
-    def filler_batch(self) -> EdgeBatch:
-        """One node, no edge, no target (idx FILLER_IDX): what a rank out of evaluation parts runs."""
-        width = int(self._manifest["features"]["node_float"])
-        empty = torch.zeros(0, dtype=torch.long)
-        return EdgeBatch(edge_index=torch.zeros(2, 0, dtype=torch.long), graph_index=torch.zeros(1, dtype=torch.long), num_graphs=1,
-                         node_feat_float=torch.zeros(1, width), target_node=empty, target_id=empty, target_y=torch.zeros(0),
-                         target_y_mask=torch.zeros(0, dtype=torch.bool), idx=torch.tensor([FILLER_IDX]))
 
 
 def build_induced_loader(store_path: str | Path, targets: np.ndarray, fraction: float, config: LoaderConfig, *, train: bool,

@@ -29,11 +29,14 @@ class GraphSource:
     edge_blocks: Callable[[], Iterator[EdgeBlock]]  # a fresh pass over all edges per call
     feature_blocks: Callable[[], Iterator[tuple[int, np.ndarray]]]  # (first row, [rows, F])
     num_features: int
-    labels: np.ndarray  # int8 [N] in {0, 1, −1}
+    labels: np.ndarray | None  # int8 [N] in {0, 1, −1}; None: graph_labels makes them
     masks: dict[str, np.ndarray] = field(default_factory=dict)  # split → bool [N, K]
     relations: list[str] = field(default_factory=list)  # bit r of a relation mask = relations[r]
     files: dict[str, str] = field(default_factory=dict)  # role (edges, features, labels) → file named in errors
     params: dict = field(default_factory=dict)  # recorded in the store's manifest
+    #: labels that depend on the built graph (the synthetic neighbour signal): called with the
+    #: store's indptr, indices and features once they are written; set exactly when labels is None
+    graph_labels: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray] | None = None
 
 
 def _row_blocks(array: np.ndarray, rows: int) -> Callable[[], Iterator[tuple[int, np.ndarray]]]:

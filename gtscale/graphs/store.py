@@ -100,7 +100,8 @@ def _build_csr(source: GraphSource, out: Path, progress: bool) -> dict:
     return counts
 
 
-def _write_node_arrays(source: GraphSource, out: Path, feature_dtype: str) -> None:
+def _write_node_arrays(source: GraphSource, out: Path, feature_dtype: str) -> np.ndarray:
+    """features.npy, labels.npy and the masks; returns the labels."""
     n = source.num_nodes
     features = np.lib.format.open_memmap(out / "features.npy", "w+", np.dtype(feature_dtype), (n, source.num_features))
     rows = 0
@@ -112,9 +113,15 @@ def _write_node_arrays(source: GraphSource, out: Path, feature_dtype: str) -> No
     del features
     if rows != n:
         raise UserError(f"{source.files.get('features', 'features')}: {rows} feature rows for {n} nodes")
-    np.save(out / "labels.npy", source.labels.astype(np.int8))
+    labels = source.labels
+    if source.graph_labels is not None:  # computed from the CSR and features just written
+        arrays = (np.load(out / f"{name}.npy", mmap_mode="r", allow_pickle=False) for name in ("indptr", "indices", "features"))
+        labels = source.graph_labels(*arrays)
+    labels = np.asarray(labels).astype(np.int8)
+    np.save(out / "labels.npy", labels)
     for split, mask in source.masks.items():
         np.save(out / f"mask_{split}.npy", np.asarray(mask, bool))
+    return labels
 
 
 def _store_files(out: Path) -> list[Path]:
@@ -144,6 +151,8 @@ def build_store(source: GraphSource, out: str | Path, feature_dtype: str = "floa
     untouched and nothing that opens."""
     if feature_dtype not in FEATURE_DTYPES:
         raise UserError(f"feature dtype {feature_dtype!r}: choose one of {', '.join(FEATURE_DTYPES)}")
+    if (source.labels is None) == (source.graph_labels is None):
+        raise ValueError("a GraphSource has labels or graph_labels, exactly one")
     out = claim_out_dir(out, STORE_MARKERS, inputs)
     work = out.parent / f".{out.name}.building"
     if work.exists():
@@ -152,11 +161,10 @@ def build_store(source: GraphSource, out: str | Path, feature_dtype: str = "floa
     began = time.perf_counter()
     try:
         counts = _build_csr(source, work, progress)
-        _write_node_arrays(source, work, feature_dtype)
+        labels = _write_node_arrays(source, work, feature_dtype)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
-    labels = source.labels
     manifest = {
         "format": STORE_FORMAT,
         "version": STORE_VERSION,

@@ -106,6 +106,8 @@ class SeedPurpose(IntEnum):
     EGO_TARGET_ORDER = 3  # online ego loader (graphs/online.py): the permutation of the training targets
     INDUCED_ROUND = 4  # induced-subgraph loader (graphs/induced.py): the node keys of one training round
     INDUCED_EVAL_PARTS = 5  # induced-subgraph loader: the permutation cut into evaluation parts
+    FANOUT_TARGET_ORDER = 6  # fan-out loader (graphs/fanout.py): the permutation of the training targets
+    FANOUT_NEIGHBOURS = 7  # fan-out loader: the neighbourhoods of one batch
 
 
 def derive_seed(*parts: int) -> int:

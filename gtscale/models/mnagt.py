@@ -43,7 +43,7 @@ from gtscale.models.embeddings import FeatureEmbedding, embed_edge_batch
 from gtscale.models.layers import dropout, run_layer
 from gtscale.models.linear import Linear
 from gtscale.models.outputs import Outputs
-from gtscale.models.sparse_ops import count_per_index, edge_sum
+from gtscale.models.sparse_ops import count_per_index, edge_layouts, edge_sum
 
 
 class Propagation:
@@ -61,6 +61,7 @@ class Propagation:
         else:
             self.weight = 1.0 / deg[self.dst]
         self.num_rows, self.num_nodes = num_rows, num_nodes
+        self.layouts = edge_layouts(self.src, self.dst, num_nodes)  # the sparse kernels' CSR layouts (the product runs in fp32)
         self.graph, self.slot, self.num_graphs = graph, slot, num_graphs
         self.real = torch.zeros(num_graphs, max(size, 1), dtype=torch.bool, device=src.device)
         self.real[graph, slot] = True
@@ -69,7 +70,7 @@ class Propagation:
         """Â x on the first num_nodes rows; rows past them (virtual nodes) unchanged. The product
         runs in fp32 whatever x's dtype (sums over many edges)."""
         with torch.autocast(x.device.type, enabled=False):  # autocast would cast the product to bf16
-            out = edge_sum(self.weight[:, None], x[: self.num_nodes, None].float(), self.src, self.dst, self.num_nodes)
+            out = edge_sum(self.weight[:, None], x[: self.num_nodes, None].float(), self.src, self.dst, self.num_nodes, self.layouts)
             out = out[:, 0].to(x.dtype)
         return torch.cat([out, x[self.num_nodes:]]) if self.num_rows > self.num_nodes else out
 

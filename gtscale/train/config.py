@@ -29,14 +29,23 @@ class GraphDataConfig:
     store: str  # the store's folder (graph.json)
     # induced: each batch the subgraph induced by a random `fraction` of the nodes, as an EdgeBatch
     # (models that take one: sparse ET, MNA-GT); its targets are the split's nodes in it.
+    # fanout: batch_targets target nodes, each with its k-hop neighbourhood sampled with per-hop
+    # `fanouts` (without replacement; all neighbours when fewer), as an EdgeBatch of one graph per
+    # target, only the targets scored (sparse ET, MNA-GT; gtscale/graphs/fanout.py).
     # ego: each target node's ego subgraph, sampled as `gtscale shard graph-ego` samples it with the
     # ego options below, as padded Batches (the dense models: EGT, Graphormer)
-    sampler: Literal["induced", "ego"] = "induced"
+    sampler: Literal["induced", "fanout", "ego"] = "induced"
     fraction: float = 0.05  # induced: ET paper, App. C: 5 % of the nodes per sample (T-Social, T-Finance)
     train_ratio: float = 0.4  # BWGNN / ET split: stratified training share, the rest 1:2 into val / test
     split_seed: int = 0
     mask_column: Optional[int] = None  # a stored mask column (GADBench: 0..19) instead of the ratio split
-    fanouts: list[int] = field(default_factory=lambda: [16, 16])  # ego: per-hop fan-out caps (graph-ego --fanouts)
+    # fanout: neighbours each node samples at each hop; ego: per-hop fan-out caps (graph-ego --fanouts)
+    fanouts: list[int] = field(default_factory=lambda: [16, 16])
+    batch_targets: int = 1024  # fanout: target nodes per batch
+    # how `gtscale evaluate` scores a split: sampled, in batches of the sampler above as the trainer
+    # evaluates; or full, every node with all of its neighbours, layer by layer over the whole store
+    # (models that attend along edges one layer at a time: the sparse ET; train/full_inference.py)
+    inference: Literal["sampled", "full"] = "sampled"
     max_nodes: int = 64  # ego: node cap of an ego subgraph (--max-nodes)
     sampler_seed: int = 0  # ego: the sampler's priority seed (--sampler-seed)
     svd_rank: int = 8  # ego: r of EGT's SVD encoding, 0 = off (--svd-rank)
@@ -249,6 +258,7 @@ RANGES: dict[str, tuple[Callable[[Any, "TrainConfig"], bool], str]] = {
     "data.graph.train_ratio": (lambda v, _: math.isfinite(v) and 0 < v < 1, "strictly between 0 and 1"),
     "data.graph.mask_column": (lambda v, _: v >= 0, ">= 0"),
     "data.graph.fanouts": (lambda v, _: len(v) >= 1 and all(f >= 1 for f in v), "one or more fan-outs, each >= 1"),
+    "data.graph.batch_targets": (lambda v, _: v >= 1, ">= 1"),
     "data.graph.max_nodes": (lambda v, _: 1 <= v <= 65535, "in 1..65535"),
     "data.graph.svd_rank": (lambda v, _: v >= 0, ">= 0 (0 = off)"),
     "data.graph.lap_k": (lambda v, _: v >= 0, ">= 0 (0 = off)"),

@@ -1,6 +1,7 @@
 """Where a run's samples come from: shards (`data.shards`, the streaming shard loader) or a graph
 store sampled online (`data.graph`: node tasks on random node-induced subgraphs as EdgeBatches,
-gtscale.graphs.induced, or on each target's ego subgraph as Batches, gtscale.graphs.online). The
+gtscale.graphs.induced, on fan-out neighbourhoods of the targets as EdgeBatches,
+gtscale.graphs.fanout, or on each target's ego subgraph as Batches, gtscale.graphs.online). The
 trainer and `gtscale evaluate` ask this module, not the loaders."""
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def _split_nodes(store: str, train_ratio: float, split_seed: int, mask_column: i
 
 def split_loader(data: DataConfig, manifest: dict, split: str, loader: LoaderConfig, *, train: bool, rank: int, world_size: int):
     """The loader of one split: batches (shards), or from a graph store EdgeBatches of induced
-    subgraphs (sampler induced) or batches of the split's ego subgraphs (sampler ego)."""
+    subgraphs (sampler induced) or of fan-out neighbourhoods (sampler fanout), or batches of the
+    split's ego subgraphs (sampler ego)."""
     if data.graph is None:
         from gtscale.loader.stream import build_loader
 
@@ -60,6 +62,10 @@ def split_loader(data: DataConfig, manifest: dict, split: str, loader: LoaderCon
 
         options = ego_options(graph.fanouts, graph.max_nodes, graph.sampler_seed, graph.svd_rank, graph.lap_k)
         return build_online_loader(graph.store, nodes, options, loader, train=train, rank=rank, world_size=world_size)
+    if graph.sampler == "fanout":
+        from gtscale.graphs.fanout import build_fanout_loader
+
+        return build_fanout_loader(graph.store, nodes, graph.fanouts, graph.batch_targets, loader, train=train, rank=rank, world_size=world_size)
     from gtscale.graphs.induced import build_induced_loader
 
     return build_induced_loader(graph.store, nodes, graph.fraction, loader, train=train, rank=rank, world_size=world_size)

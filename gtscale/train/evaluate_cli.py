@@ -10,7 +10,10 @@ and .npz (idx, y_pred, y_true by source idx), both atomically.
 Node tasks (ego shards or data.graph): predictions are keyed by global node id, and Macro-F1's
 decision threshold is chosen on the run's validation split (data.eval_split), scored with the same
 checkpoint, then applied unchanged to the split asked for (the BWGNN / ET protocol); scoring the
-validation split itself chooses it there.
+validation split itself chooses it there. A graph store's nodes are scored as data.graph.inference
+says (or --inference): in sampled batches like the trainer's evaluation, or with full-neighbourhood
+inference over the whole store (train/full_inference.py), one pass that scores both splits; its
+node states live under RUN_DIR/eval while it runs.
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", help="a training run directory")
     parser.add_argument("--split", default="test", help="split of the run's shards to score (default test)")
     parser.add_argument("--tag", default="best", help="best (default: the best-validation checkpoint), latest, or a checkpoint tag")
+    parser.add_argument("--inference", choices=("sampled", "full"), default=None,
+                        help="graph stores: score sampled batches, or every node with all its neighbours (default: the run's data.graph.inference)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar (full inference)")
 
 
 def run_config(run_dir: Path) -> TrainConfig:
@@ -62,11 +68,25 @@ def predict_split(model: torch.nn.Module, task: Task, cfg: TrainConfig, manifest
     return idx, y_pred, y_true
 
 
-def evaluate_run(run_dir: Path, split: str = "test", tag: str = "best") -> dict:
-    """Metrics of `split` under checkpoint `tag`; also written to RUN_DIR/eval/."""
+def full_graph_split(logits: np.ndarray, store, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(idx, y_pred, y_true with NaN where unlabelled) of a split's nodes from every node's logit,
+    in the rows `predict_split` gives."""
+    idx = np.sort(np.asarray(nodes, np.int64))
+    labels = np.asarray(store.labels[idx])
+    y_true = np.where(labels >= 0, (labels == 1).astype(np.float32), np.nan).astype(np.float32)
+    return idx, logits[idx, None], y_true[:, None]
+
+
+def evaluate_run(run_dir: Path, split: str = "test", tag: str = "best", inference: str | None = None, progress: bool = False) -> dict:
+    """Metrics of `split` under checkpoint `tag`; also written to RUN_DIR/eval/. `inference`
+    (graph stores): sampled or full, default the run's data.graph.inference."""
     from gtscale.train.export import export, resolve_tag
 
     cfg = run_config(run_dir)
+    graph = cfg.data.graph
+    inference = inference or (graph.inference if graph is not None else "sampled")
+    if inference == "full" and graph is None:
+        raise UserError(f"--inference full: scores the nodes of a graph store (data.graph); {run_dir} reads shards")
     manifest = task_manifest(cfg.data)
     if split not in manifest["splits"]:
         raise UserError(f"--split: {split!r} is not a split of {manifest['_dir']} (has {', '.join(manifest['splits'])})")
@@ -79,17 +99,34 @@ def evaluate_run(run_dir: Path, split: str = "test", tag: str = "best") -> dict:
     if missing or unexpected:
         raise UserError(f"{out / MODEL_FILE}: does not fit the run's model ({(missing or unexpected)[0]})")
     model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
-    keys, path_dist = loader_keys(model.backbone, model_cfg, task.target_key)
-    idx, y_pred, y_true = predict_split(model, task, cfg, manifest, split, keys, path_dist)
+    folder = run_dir / "eval"
+    if inference == "full":
+        from gtscale.graphs.store import GraphStore
+        from gtscale.train.data_source import split_nodes
+        from gtscale.train.full_inference import full_graph_logits
+
+        store = GraphStore.open(graph.store)
+        logits = full_graph_logits(model, store, folder, progress=progress)
+        nodes = split_nodes(graph)
+
+        def rows(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            return full_graph_split(logits, store, nodes[name])
+    else:
+        keys, path_dist = loader_keys(model.backbone, model_cfg, task.target_key)
+
+        def rows(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            return predict_split(model, task, cfg, manifest, name, keys, path_dist)
+    idx, y_pred, y_true = rows(split)
     result = {"split": split, "tag": tag, "step": int(tag.rsplit("-", 1)[-1]), "samples": int(len(idx))}
+    if graph is not None:
+        result["inference"] = inference
     # Node tasks: Macro-F1 at the threshold chosen on the validation split, scored with the same model.
     calibration = None
     if task.calibration_split not in (None, split):
-        calibration = predict_split(model, task, cfg, manifest, task.calibration_split, keys, path_dist)[1:]
+        calibration = rows(task.calibration_split)[1:]
     result["metrics"] = task.metrics(y_pred, y_true, calibration)
     if task.calibration_split is not None:
         result["threshold_split"] = task.calibration_split
-    folder = run_dir / "eval"
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f"{split}-{tag}.tmp.npz"
     np.savez(tmp, idx=idx, y_pred=y_pred, y_true=y_true)
@@ -99,6 +136,6 @@ def evaluate_run(run_dir: Path, split: str = "test", tag: str = "best") -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    result = evaluate_run(Path(args.run_dir), args.split, args.tag)
+    result = evaluate_run(Path(args.run_dir), args.split, args.tag, args.inference, progress=not args.no_progress)
     print(f"{args.run_dir} {result['split']} at {result['tag']}: " + " ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items()))
     return 0

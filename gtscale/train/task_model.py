@@ -101,16 +101,20 @@ def check_task_model(cfg: TrainConfig, num_targets: int, manifest: dict | None =
     """Build the task model on the meta device (shapes only, no memory, no initialisation cost), so
     that task.head and task.aux_distance are checked with the rest of the config, before any
     process group starts; and that a model sampled a graph store (data.graph) takes what the
-    sampler gives: EdgeBatches (induced) or padded Batches (ego)."""
+    sampler gives: EdgeBatches (induced, fanout) or padded Batches (ego), and full-graph
+    inference a model with a layer-wise form."""
     with torch.device("meta"):
         model, model_cfg = build_task_model(cfg, num_targets, manifest)
     graph, takes_edges = cfg.data.graph, getattr(model.backbone, "takes_edge_batch", False)
-    if graph is not None and graph.sampler == "induced" and not takes_edges:
-        raise UserError(f"model: {model_cfg.get('name')!r} takes padded dense batches; data.graph (sampler induced) "
-                        "gives edge lists of whole subgraphs: use the sparse ET (form: sparse) or MNA-GT, or data.graph.sampler: ego")
+    if graph is not None and graph.sampler in ("induced", "fanout") and not takes_edges:
+        raise UserError(f"model: {model_cfg.get('name')!r} takes padded dense batches; data.graph (sampler {graph.sampler}) "
+                        "gives edge lists of subgraphs: use the sparse ET (form: sparse) or MNA-GT, or data.graph.sampler: ego")
     if graph is not None and graph.sampler == "ego" and takes_edges:
         raise UserError(f"model: {model_cfg.get('name')!r} takes edge lists; data.graph (sampler ego) gives padded dense batches "
-                        "of ego subgraphs: use data.graph.sampler: induced, or a dense model (EGT, Graphormer)")
+                        "of ego subgraphs: use data.graph.sampler: induced or fanout, or a dense model (EGT, Graphormer)")
+    if graph is not None and graph.inference == "full" and not hasattr(model.backbone, "layerwise"):
+        raise UserError(f"data.graph.inference: full needs a model that attends along edges one layer at a time (the sparse ET); "
+                        f"{model_cfg.get('name')!r} does not: use inference: sampled")
 
 
 def load_backbone(model: GraphTaskModel, path: str) -> int:

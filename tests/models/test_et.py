@@ -104,7 +104,8 @@ def test_non_edges_get_exactly_zero_weight_and_gradient(graphs):
 
 
 class _LargestTensor(TorchDispatchMode):
-    """Records the largest tensor any op produces and the two largest dimensions of any output."""
+    """Records the largest tensor any op produces and the two largest dimensions of any output. A
+    sparse CSR matrix counts by what it stores (its values), not by its N × N logical shape."""
 
     def __init__(self):
         super().__init__()
@@ -114,8 +115,9 @@ class _LargestTensor(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         for t in out if isinstance(out, (tuple, list)) else [out]:
             if isinstance(t, torch.Tensor):
-                self.max_numel = max(self.max_numel, t.numel())
-                self.shapes.append(tuple(t.shape))
+                stored = t.values() if t.layout == torch.sparse_csr else t
+                self.max_numel = max(self.max_numel, stored.numel())
+                self.shapes.append(tuple(stored.shape))
         return out
 
 

@@ -1,16 +1,21 @@
 """The edge-list products: values against a dense reference, gradients by gradcheck, and the
-chunking (forced small here) changes nothing."""
+chunking (forced small here) changes nothing; the sparse CSR kernels (edge_layouts) give the
+gathering form's values and gradients, also summed into src (the layouts transposed)."""
 
 import pytest
 import torch
 
 from gtscale.models import sparse_ops
-from gtscale.models.sparse_ops import edge_dot, edge_sum, segment_softmax
+from gtscale.models.sparse_ops import edge_dot, edge_layouts, edge_sum, segment_softmax
 
 
-@pytest.fixture(params=[1 << 24, 7], ids=["one-chunk", "many-chunks"])
+@pytest.fixture(params=[1 << 24, 7, "sparse"], ids=["one-chunk", "many-chunks", "sparse-kernels"])
 def chunk(request, monkeypatch):
+    """The layouts to pass: None (the gathering form, in one chunk or many) or the sparse kernels'."""
+    if request.param == "sparse":
+        return lambda src, dst, n: edge_layouts(src, dst, n, torch.float64)
     monkeypatch.setattr(sparse_ops, "_CHUNK_ELEMENTS", request.param)
+    return lambda src, dst, n: None
 
 
 def _graph(n=6, e=15, seed=0):
@@ -20,12 +25,15 @@ def _graph(n=6, e=15, seed=0):
 
 def test_values_match_a_dense_reference(chunk):
     src, dst, n = _graph()
+    layouts = chunk(src, dst, n)
     q, k = torch.randn(n, 2, 3, dtype=torch.float64), torch.randn(n, 2, 3, dtype=torch.float64)
-    s = edge_dot(q, k, src, dst)
+    s = edge_dot(q, k, src, dst, layouts)
     torch.testing.assert_close(s, (q[dst] * k[src]).sum(-1))
     dense = torch.zeros(2, n, n, dtype=torch.float64)
     dense.index_put_((torch.arange(2)[:, None], dst[None], src[None]), s.t(), accumulate=True)
-    torch.testing.assert_close(edge_sum(s, k, src, dst, n), torch.einsum("hcb,bhy->chy", dense, k))
+    torch.testing.assert_close(edge_sum(s, k, src, dst, n, layouts), torch.einsum("hcb,bhy->chy", dense, k))
+    into_src = layouts and layouts.transposed()
+    torch.testing.assert_close(edge_sum(s, q, dst, src, n, into_src), torch.einsum("hcb,chy->bhy", dense, q))
 
 
 def test_gradients(chunk):
@@ -33,8 +41,10 @@ def test_gradients(chunk):
     q = torch.randn(n, 2, 3, dtype=torch.float64, requires_grad=True)
     k = torch.randn(n, 2, 3, dtype=torch.float64, requires_grad=True)
     w = torch.randn(len(src), 2, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda a, b: edge_dot(a, b, src, dst), (q, k))
-    assert torch.autograd.gradcheck(lambda a, b: edge_sum(a, b, src, dst, n), (w, k))
+    layouts = chunk(src, dst, n)
+    assert torch.autograd.gradcheck(lambda a, b: edge_dot(a, b, src, dst, layouts), (q, k))
+    assert torch.autograd.gradcheck(lambda a, b: edge_sum(a, b, src, dst, n, layouts), (w, k))
+    assert torch.autograd.gradcheck(lambda a, b: edge_sum(a, b, dst, src, n, layouts and layouts.transposed()), (w, k))
 
 
 def test_segment_softmax_sums_to_one_and_skips_empty_segments():

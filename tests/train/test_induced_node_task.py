@@ -85,6 +85,10 @@ def test_graph_config_resolves_and_refuses(store, ego_shards, tmp_path, splits):
     assert "set exactly one of data.shards" in refusal(path, f"data.shards={ego_shards[1]}")
     assert "data.graph.fraction: must be in (0, 1]" in refusal(path, "data.graph.fraction=1.5")
     assert "data.graph.sampler: 'khop' is not one of" in refusal(path, "data.graph.sampler=khop")
+    assert "data.graph.batch_targets: must be >= 1, got 0" in refusal(path, "data.graph.sampler=fanout", "data.graph.batch_targets=0")
+    assert "(sampler fanout) gives edge lists" in refusal(path, "data.graph.sampler=fanout", "model=egt-small", "model_overrides={}")
+    assert "data.graph.inference: full needs a model that attends along edges" in refusal(
+        path, "data.graph.inference=full", "model=mnagt-small", "model_overrides={node_vocab: []}")
     assert "or data.graph.sampler: ego" in refusal(path, "model=egt-small", "model_overrides={}")
     assert "not a finished graph store" in refusal(path, f"data.graph.store={tmp_path}")
 

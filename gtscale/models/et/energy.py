@@ -93,9 +93,11 @@ class ETBlock(nn.Module):
         h, y, d = self.wq.shape
         w = torch.cat([self.wq, self.wk]).reshape(2 * h * y, d)
         update = matmul_nt(torch.cat([t_query, t_key], dim=-2).flatten(-2), w.t())
-        hidden = F.relu(linear(g, self.xi))
-        update = update + matmul_nt(hidden, self.xi.t())
-        return graph.mask_tokens(update)
+        return graph.mask_tokens(update + self.hopfield(g))
+
+    def hopfield(self, g: torch.Tensor) -> torch.Tensor:
+        """−∂E^HN/∂g = ξᵀ ReLU(ξ g), [..., D]: each token's own term of the update."""
+        return matmul_nt(F.relu(linear(g, self.xi)), self.xi.t())
 
     def forward(self, x: torch.Tensor, graph) -> torch.Tensor:
         """One step x ← x − α ∂E/∂g (+ √α ε while training)."""

@@ -40,27 +40,30 @@ from gtscale.loader.edge_batch import EdgeBatch
 from gtscale.models.config import ETConfig
 from gtscale.models.embeddings import FeatureEmbedding, embed_edge_batch
 from gtscale.models.et.energy import ETBlock
+from gtscale.models.et.layerwise import LayerwiseET
 from gtscale.models.layers import run_layer
 from gtscale.models.linear import Linear
 from gtscale.models.outputs import Outputs
-from gtscale.models.sparse_ops import count_per_index, edge_dot, edge_sum, segment_softmax
+from gtscale.models.sparse_ops import count_per_index, edge_dot, edge_layouts, edge_sum, segment_softmax
 
 
 class EdgeGraph:
     """Attention of eq. 3 along edges src → dst over N tokens [N, ...]."""
 
-    def __init__(self, src: torch.Tensor, dst: torch.Tensor, num_nodes: int):
+    def __init__(self, src: torch.Tensor, dst: torch.Tensor, num_nodes: int, dtype: torch.dtype = torch.float32):
         self.src, self.dst, self.num_nodes = src, dst, num_nodes
+        self.layouts = edge_layouts(src, dst, num_nodes, dtype)  # the sparse kernels' CSR layouts, once per forward
 
     def mask_tokens(self, x: torch.Tensor) -> torch.Tensor:
         return x
 
     def attention(self, q: torch.Tensor, k: torch.Tensor, beta: torch.Tensor, energy: bool):
         """(Σ_B p K_B [N, H, Y], Σ_C p Q_C [N, H, Y], E^ATT or None)."""
-        scores = edge_dot(q, k, self.src, self.dst).float() * beta.float()  # [E, H]
+        layouts = self.layouts
+        scores = edge_dot(q, k, self.src, self.dst, layouts).float() * beta.float()  # [E, H]
         p, lse, has_edges = segment_softmax(scores, self.dst, self.num_nodes)
-        t_query = edge_sum(p, k, self.src, self.dst, self.num_nodes)  # C as the query reads its keys B
-        t_key = edge_sum(p, q, self.dst, self.src, self.num_nodes)  # B as a key collects from its queries C
+        t_query = edge_sum(p, k, self.src, self.dst, self.num_nodes, layouts)  # C as the query reads its keys B
+        t_key = edge_sum(p, q, self.dst, self.src, self.num_nodes, layouts and layouts.transposed())  # B as a key collects from its queries C
         e_att = -lse.sum() / beta.float() if energy else None
         return t_query, t_key, e_att
 
@@ -97,7 +100,7 @@ class SparseET(nn.Module):
         if self.cfg.self_loops:
             loop = torch.arange(batch.num_nodes, device=src.device)
             src, dst = torch.cat([src, loop]), torch.cat([dst, loop])
-        return EdgeGraph(src, dst, batch.num_nodes)
+        return EdgeGraph(src, dst, batch.num_nodes, self.block.wq.dtype)
 
     def forward(self, batch: EdgeBatch | Batch) -> Outputs:
         dense_mask = None
@@ -116,6 +119,10 @@ class SparseET(nn.Module):
         if dense_mask is not None:
             node = batch.to_dense_nodes(node, dense_mask)
         return Outputs(node=node, edge=None, graph=pooled)
+
+    def layerwise(self) -> LayerwiseET:
+        """This model's forward as steps over chunks of nodes (full-neighbourhood inference)."""
+        return LayerwiseET(self)
 
     @torch.no_grad()
     def energies(self, batch: EdgeBatch) -> list[float]:
