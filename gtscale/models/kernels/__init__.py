@@ -27,7 +27,7 @@ The kernels, what each speeds up, where, and the benchmark behind it (docs/resul
 Measured against the reference on a loaded 2-core AVX-512 EPYC ("Fast kernels against the
 reference"), no kernel changed an eager one-thread step's CPU time by more than 2 % (the gated
 attention kernel saved 14 % of the attention's own time and 45 MiB of a step's peak); the figures
-above came from an idle machine. GPU figures against the reference are still to be taken.
+above came from a lightly loaded one. On a GPU no kernel has been measured against the reference.
 
 Which kernels run is chosen here, once: `GTSCALE_KERNELS` in the environment (read at import) is
 `fast` (the default: every kernel, each where it applies), `reference` (none: the plain torch
