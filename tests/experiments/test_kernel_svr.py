@@ -88,7 +88,8 @@ def test_the_table_scores_the_kernel_arm_of_a_pretrained_export(tmp_path, capsys
     row = read_rows(out / SET / "kernel")[0]
     assert table["sets"][SET]["kernel"] == {m: row["summary"][m] for m in ("rmse", "cliff_rmse")}
     chosen = row["runs"][0]["chosen"]
-    assert set(chosen) == {"C", "weight", "gamma", "selection"} and chosen["gamma"] > 0 and chosen["selection"] == SELECTION
+    assert set(chosen) == {"C", "weight", "gamma", "selection", "cv_rmse"} and chosen["gamma"] > 0 and chosen["selection"] == SELECTION
+    assert 0 < chosen["cv_rmse"] < 10  # the chosen (w, C)'s mean fold RMSE, in the target's units
     saved = np.load(out / SET / "kernel" / PREDICTIONS.format(split="test"))
     source = moleculeace.source_table(out / "shards" / SET)
     assert saved["idx"].tolist() == source.splits["test"].tolist()

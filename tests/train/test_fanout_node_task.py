@@ -67,10 +67,21 @@ def test_two_ranks_evaluate_each_val_node_once(run_dir, store):
     assert final["auroc"] > metrics(run_dir, "baseline")[0]["baseline_auroc"] + 0.05, final
 
 
+def _exported(run_dir):
+    """The run's last checkpoint exported where `gtscale evaluate` puts it (tests may run in any
+    order, on any xdist worker: none relies on another having exported it)."""
+    from gtscale.train.export import export
+
+    folder = run_dir / "export" / "step-00000020"
+    if not (folder / "model.pt").is_file():
+        export(run_dir, "step-00000020", folder)
+    return folder
+
+
 def _whole_graph_logits(run_dir, store) -> np.ndarray:
     from gtscale.models.export import load_exported
 
-    model, _ = load_exported(run_dir / "export" / "step-00000020")
+    model, _ = load_exported(_exported(run_dir))
     g = GraphStore.open(store)
     rows = np.repeat(np.arange(g.num_nodes), np.diff(np.asarray(g.indptr)))
     batch = EdgeBatch(edge_index=torch.from_numpy(np.stack([np.asarray(g.indices, np.int64), rows])),
@@ -98,7 +109,7 @@ def test_evaluate_full_scores_every_test_node_with_all_its_neighbours(run_dir, s
 
 def test_graph_predict_writes_every_nodes_score(run_dir, store, tmp_path, capsys):
     expected = _whole_graph_logits(run_dir, store)
-    export = run_dir / "export" / "step-00000020"
+    export = _exported(run_dir)
     out = tmp_path / "scores"
     for _ in range(2):  # a rerun replaces its own output
         assert main(["graph", "predict", str(export), "--graph", str(store), "--out", str(out), "--no-progress"]) == 0

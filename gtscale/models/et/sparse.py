@@ -100,7 +100,7 @@ class SparseET(nn.Module):
         if self.cfg.self_loops:
             loop = torch.arange(batch.num_nodes, device=src.device)
             src, dst = torch.cat([src, loop]), torch.cat([dst, loop])
-        return EdgeGraph(src, dst, batch.num_nodes, self.block.wq.dtype)
+        return EdgeGraph(src, dst, batch.num_nodes, next(self.block.parameters()).dtype)
 
     def forward(self, batch: EdgeBatch | Batch) -> Outputs:
         dense_mask = None
