@@ -18,7 +18,8 @@ induced loader's MIN_EPOCH_ROUNDS rounds of the rank's workers (workers start af
 
 A batch's node count changes with every sample, and oneDNN (which runs the models' CPU weight
 products: gtscale/models/linear.py) caches a kernel with its working memory for every new shape,
-up to 1,024 of them: fan-out training on a T-Social-size graph grew to 8.9 GiB in 437 steps.
+up to 1,024 of them: with a new node count every batch, fan-out training on a T-Social-size graph
+reaches 8.9 GiB within 437 steps (docs/results/graph-sampling.md).
 So a batch is padded up to the next of the loader's geometric bucket sizes (ratio 1.05: at most
 5 % more nodes), with isolated nodes in filler graphs no larger than a neighbourhood (pad_nodes),
 which leaves every output of the batch's own nodes as it was: its node counts then take a few
