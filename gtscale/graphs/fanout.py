@@ -35,21 +35,25 @@ would (the shard loader's rule; gtscale.loader.stream).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 
 from gtscale.errors import UserError
 from gtscale.graphs.induced import MIN_EPOCH_ROUNDS, graph_task_manifest
 from gtscale.graphs.neighbourhoods import sample_neighbourhoods
-from gtscale.graphs.node_batches import PROVIDED_KEYS, EdgeStoreLoader, pad_nodes, store_edge_batch
+from gtscale.graphs.node_batches import (
+    PROVIDED_KEYS,
+    EdgeStoreLoader,
+    pad_nodes,
+    store_edge_batch,
+)
 from gtscale.graphs.store import GraphStore
 from gtscale.loader.bucketing import geometric_boundaries
 from gtscale.loader.config import LoaderConfig, SeedPurpose, derive_seed
 from gtscale.loader.edge_batch import EdgeBatch
 from gtscale.loader.slots import ShardStream
-
 
 #: Bucket ratio of the padded node counts (see the module docstring).
 NODE_BUCKET_RATIO = 1.05
