@@ -18,7 +18,8 @@ induced loader's MIN_EPOCH_ROUNDS rounds of the rank's workers (workers start af
 
 A batch's node count changes with every sample, and oneDNN (which runs the models' CPU weight
 products: gtscale/models/linear.py) caches a kernel with its working memory for every new shape,
-up to 1,024 of them: fan-out training on a T-Social-size graph grew to 8.9 GiB in 437 steps.
+up to 1,024 of them: with a new node count every batch, fan-out training on a T-Social-size graph
+reaches 8.9 GiB within 437 steps (docs/results/graph-sampling.md).
 So a batch is padded up to the next of the loader's geometric bucket sizes (ratio 1.05: at most
 5 % more nodes), with isolated nodes in filler graphs no larger than a neighbourhood (pad_nodes),
 which leaves every output of the batch's own nodes as it was: its node counts then take a few
@@ -34,21 +35,25 @@ would (the shard loader's rule; gtscale.loader.stream).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 
 from gtscale.errors import UserError
 from gtscale.graphs.induced import MIN_EPOCH_ROUNDS, graph_task_manifest
 from gtscale.graphs.neighbourhoods import sample_neighbourhoods
-from gtscale.graphs.node_batches import PROVIDED_KEYS, EdgeStoreLoader, pad_nodes, store_edge_batch
+from gtscale.graphs.node_batches import (
+    PROVIDED_KEYS,
+    EdgeStoreLoader,
+    pad_nodes,
+    store_edge_batch,
+)
 from gtscale.graphs.store import GraphStore
 from gtscale.loader.bucketing import geometric_boundaries
 from gtscale.loader.config import LoaderConfig, SeedPurpose, derive_seed
 from gtscale.loader.edge_batch import EdgeBatch
 from gtscale.loader.slots import ShardStream
-
 
 #: Bucket ratio of the padded node counts (see the module docstring).
 NODE_BUCKET_RATIO = 1.05

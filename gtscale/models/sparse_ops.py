@@ -83,7 +83,7 @@ class EdgeLayouts:
     by_dst: RowLayout
     by_src: RowLayout
 
-    def transposed(self) -> "EdgeLayouts":
+    def transposed(self) -> EdgeLayouts:
         """The layouts of the reversed edges dst → src."""
         return EdgeLayouts(self.by_src, self.by_dst)
 

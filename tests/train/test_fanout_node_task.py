@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 import yaml
-
 from launcher import logs, metrics, run_ranks
 
 from gtscale.cli import main
