@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -19,6 +20,7 @@ from gtscale.errors import UserError
 from gtscale.format import schema
 from gtscale.format.decode import Record
 from gtscale.format.manifest import NODE_TASK
+from gtscale.loader.batch import Batch
 from gtscale.loader.bucketing import Batcher
 from gtscale.loader.collate import collate
 from gtscale.prep.graph_features import GraphFeatures
@@ -39,6 +41,44 @@ class LoadedExport:
     options: ShardOptions  # how its shards' records were made; max_nodes always set
     keys: list[str]  # Batch fields the model reads
     path_dist: int  # path-edge distance it needs (Graphormer)
+
+    def predict_batches(self, batches: Iterable[Batch]) -> tuple[np.ndarray, np.ndarray]:
+        """(idx [n], outputs float32 [n, T]) of every sample of `batches` (shard loader batches, or
+        `molecule_batches`), sorted by idx: the trainer's and evaluate's prediction loop
+        (tasks.predict), then the task's outputs (probabilities for a binary task)."""
+        from gtscale.train.tasks import GraphTask, predict
+
+        task = GraphTask(self.task)
+        idx, y_pred, _ = predict(task, self.model, batches, lambda batch: batch.to(device()))
+        return idx, task.outputs(y_pred)
+
+    def predict(self, molecules: Molecules, batch_size: int) -> tuple[np.ndarray, list[str]]:
+        """(outputs float32 [n, T], NaN where a molecule was not read; reason per molecule, "" if none):
+        the neural member of an ensemble (predict.Member)."""
+        records, rows, reasons = molecules.made(("records", self.options), lambda: molecule_records(molecules.smiles, self.options))
+        out = np.full((len(molecules.smiles), self.num_targets), np.nan, np.float32)
+        if records:
+            idx, values = self.predict_batches(molecule_batches(records, self.keys, self.path_dist, batch_size))
+            out[idx] = values
+        return out, list(reasons)
+
+    @property
+    def num_targets(self) -> int:
+        return self.model.head.cfg.num_outputs
+
+
+class Molecules:
+    """A chunk of SMILES and what it has been turned into (records, fingerprints, representations),
+    each made once for every ensemble member that reads molecules the same way."""
+
+    def __init__(self, smiles: list[str]):
+        self.smiles = smiles
+        self._made: dict = {}
+
+    def made(self, key, make: Callable):
+        if key not in self._made:
+            self._made[key] = make()
+        return self._made[key]
 
 
 def check_record(meta: dict, folder: Path) -> None:
@@ -84,12 +124,10 @@ def graph_representation(export: LoadedExport, smiles: list[str], batch_size: in
     """(float32 [n, d] pooled graph representation of each molecule: what the export's backbone
     hands its task head, NaN where a molecule was rejected; reason per molecule, "" if none),
     featurised as the export's shards were. The input of `gtscale baseline kernel`'s SVR."""
-    reasons = [""] * len(smiles)
-    records, rows = molecule_records(smiles, export.options, reasons)
+    records, rows, reasons = molecule_records(smiles, export.options)
     out = np.full((len(smiles), export.model.backbone.graph_dim), np.nan, np.float32)
-    for members in padded_batches(records, batch_size):
-        batch = collate([records[i] for i in members], export.keys, export.path_dist).to(device())
-        out[[rows[i] for i in members]] = export.model.backbone(batch).graph.float().cpu().numpy()
+    for batch in molecule_batches(records, export.keys, export.path_dist, batch_size):
+        out[batch.idx.numpy()] = export.model.backbone(batch.to(device())).graph.float().cpu().numpy()
     return out, reasons
 
 
@@ -113,23 +151,20 @@ def padded_batches(records: list[Record], batch_size: int) -> list[list[int]]:
     return out
 
 
-def molecule_records(smiles: list[str], options: ShardOptions, reasons: list[str]) -> tuple[list[Record], list[int]]:
-    """Records of the molecules the sharder would keep, and their rows; the others' reasons are set."""
+def molecule_records(smiles: list[str], options: ShardOptions) -> tuple[list[Record], list[int], list[str]]:
+    """(records of the molecules the sharder would keep, each with its row as idx; their rows;
+    reason per molecule, "" where kept)."""
     rows = np.arange(len(smiles), dtype=np.int64)
     graphs, _, rejects = featurize_rows(smiles, rows, np.zeros((len(smiles), 0), np.float32), None, options)
+    reasons = [""] * len(smiles)
     for row, reason in rejects:
         reasons[row] = reason
     kept = [g[schema.META]["idx"] for g in graphs]
     records = [Record(str(row), "<input>", len(g[schema.X]), row, g) for row, g in zip(kept, graphs)]
-    return records, kept
+    return records, kept, reasons
 
 
-@torch.no_grad()
-def batch_scores(export: LoadedExport, batch) -> np.ndarray:
-    """float [n, T] predictions of one export (targets' units; probabilities for bce)."""
-    from gtscale.train.tasks import predictions
-
-    values = predictions(export.model(batch.to(device()))[0], export.task)
-    return (torch.sigmoid(values) if export.task.loss == "bce" else values).cpu().numpy()
-
-
+def molecule_batches(records: list[Record], keys: list[str], path_dist: int, batch_size: int) -> Iterator[Batch]:
+    """The loader's collated batches of `records` (padded_batches' budget), in order."""
+    for members in padded_batches(records, batch_size):
+        yield collate([records[i] for i in members], keys, path_dist)

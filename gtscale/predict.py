@@ -1,7 +1,6 @@
 """`gtscale predict EXPORT… --input mols.csv --out preds.csv`: a fine-tuned model's predictions for
-new molecules (chemprop's `predict`). A top-level module, like cli.py: it joins inference.py (a
-model export run on molecules: the sharder's featurizer, the loader's collate, the export reader,
-the task's predictions) with the SVR models of experiments/.
+new molecules (chemprop's `predict`): the members of members.py (model exports run on molecules
+by inference.py, and the SVR exports of experiments/), ensembled by experiments/ensemble.py.
 
 - Molecules are featurised by the sharder's own code (`writer.featurize_rows`, with the structure
   options and graph features the export's shards were made with, read from export.json) and
@@ -18,38 +17,30 @@ the task's predictions) with the SVR models of experiments/.
   with prediction columns and `reason`) unless `--overwrite`; never the input or an export.
 - `--input` may also be a shard folder (manifest.json): every record of the chosen splits is
   predicted, with its split and idx.
-- An ECFP + SVR export (`gtscale baseline ecfp`'s DIR/export, model.yaml `name: ecfp-svr`) is a
-  member like a model: its Morgan bits are computed from the SMILES (so not from a shard folder);
-  `gtscale moleculeace-table`'s blend is the seeds' exports and it with `--weights 1 1 1 3`.
-- A kernel SVR export (`gtscale baseline kernel`'s DIR/export, `name: kernel-svr`) carries its
-  backbone: its Morgan bits and the backbone's graph representation (inference.graph_representation, with
-  the backbone's own featurisation) are computed from the SMILES, so again not from a shard folder.
+- Members are exports of any kind (members.py): fine-tuned models, an ECFP + SVR
+  (`gtscale baseline ecfp`) and a kernel SVR on a backbone's representation (`gtscale baseline
+  kernel`). The SVRs read SMILES, so they predict from a CSV, not from a shard folder. Members are
+  matched by task (as many targets, of the same kind), not by their targets' names: the first
+  member names the columns.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from gtscale.config import from_dict
 from gtscale.errors import UserError
-from gtscale.experiments.ecfp import SVR_EXPORT_NAME, TanimotoSVR, ecfp_rows, read_svr_export
-from gtscale.experiments.kernel_svr import KERNEL_EXPORT_NAME, KernelSVR, read_kernel_export
-from gtscale.inference import (LoadedExport, batch_scores, check_record, graph_representation, load_model_export, molecule_records,
-                               padded_batches)
-from gtscale.format.decode import Record
+from gtscale.experiments.ensemble import ensemble, ensemble_weights
+from gtscale.inference import LoadedExport, Molecules
 from gtscale.io import atomic_write_text, claim_out_file, disk_full_is_user_error, read_first_line
-from gtscale.loader.collate import collate
 from gtscale.prep.molecule_limits import DEFAULT_MAX_ATOMS
+from gtscale.members import Member, check_same_task, load_member, with_max_nodes
 from gtscale.prep.sources.base import read_csv, require_columns, text_column
-from gtscale.prep.writer import ShardOptions
-from gtscale.train.config import TaskConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -70,120 +61,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-@dataclass
-class FingerprintExport:
-    """An ECFP + SVR export ready to predict (experiments/ecfp.py wrote it)."""
-
-    path: Path
-    svr: TanimotoSVR
-    task: TaskConfig
-    target_names: list[str]
-    max_nodes: int = DEFAULT_MAX_ATOMS  # most atoms of a molecule read (its shards record none)
-
-
-@dataclass
-class KernelExport:
-    """A kernel SVR export ready to predict (experiments/kernel_svr.py): the SVR and the backbone
-    whose graph representation it reads."""
-
-    path: Path
-    svr: KernelSVR
-    backbone: LoadedExport
-    task: TaskConfig
-    target_names: list[str]
-
-
-def load_export(path: Path) -> LoadedExport | FingerprintExport | KernelExport:
-    """Read an export folder (or its model.pt): weights-only, checked against its model config.
-
-    The one place predict reads exports."""
-    from gtscale.models.export import MODEL_FILE, read_export
-
-    export = read_export(path)
-    meta, model_cfg, folder = export.meta, export.config, export.folder
-    check_record(meta, folder)
-    names = list(meta["shards"].get("task", {}).get("target_names", []))
-    task = from_dict(TaskConfig, meta["task"], prefix=f"{folder / 'export.json'}: task.")
-    if model_cfg.get("name") == SVR_EXPORT_NAME:
-        return FingerprintExport(folder, read_svr_export(model_cfg, export.state, str(folder / MODEL_FILE)), task, names or ["y0"])
-    if model_cfg.get("name") == KERNEL_EXPORT_NAME:
-        svr, backbone_state = read_kernel_export(model_cfg, export.state, str(folder / MODEL_FILE))
-        check_record(meta.get("backbone", {}), folder)
-        backbone = load_model_export(folder, model_cfg["backbone"], backbone_state, meta["backbone"])
-        return KernelExport(folder, svr, backbone, task, names or ["y0"])
-    return load_model_export(folder, model_cfg, export.state, meta)
-
-
-def with_max_nodes(export: LoadedExport | FingerprintExport | KernelExport, max_nodes: int) -> LoadedExport | FingerprintExport | KernelExport:
-    """The export reading molecules of at most `max_nodes` atoms (--max-nodes)."""
-    if isinstance(export, KernelExport):
-        return replace(export, backbone=with_max_nodes(export.backbone, max_nodes))
-    if isinstance(export, FingerprintExport):
-        return replace(export, max_nodes=max_nodes)
-    return replace(export, options=replace(export.options, max_nodes=max_nodes))
-
-
-def ensemble_weights(weights: list[float] | None, members: int) -> np.ndarray:
-    """float64 [members] weights summing to 1: equal by default; else the given ones, refused unless
-    finite, non-negative and not all zero. Divided by their largest first: the sum of 1e308 and
-    1e308 is inf, which would turn every mean into 0."""
-    if weights is None:
-        return np.full(members, 1.0 / members)
-    w = np.asarray(weights, np.float64)
-    if len(w) != members or not np.isfinite(w).all() or (w < 0).any() or not (w > 0).any():
-        raise UserError(f"--weights: give one weight per export ({members}), finite, >= 0 and not all 0; got {weights}")
-    w = w / w.max()
-    return w / w.sum()
-
-
 class Predictor:
-    """Predictions of one or more exports for molecules, batch by batch (records made once per
-    distinct featurisation among the exports)."""
+    """Predictions of one or more members (members.py) for molecules: what each member makes of
+    a chunk of SMILES (each featurisation made once among them), their ensemble's mean and spread."""
 
-    def __init__(self, exports: list[LoadedExport | FingerprintExport | KernelExport], weights: list[float] | None = None):
-        names = exports[0].target_names
-        for export in exports[1:]:
-            if export.target_names != names:
-                raise UserError(f"{export.path}: predicts {export.target_names}, {exports[0].path} predicts {names}: "
-                                "an ensemble's members predict the same targets")
-        self.exports, self.target_names = exports, names
-        self.weights = ensemble_weights(weights, len(exports))
+    def __init__(self, members: list[Member], weights: list[float] | None = None):
+        check_same_task(members)
+        self.members, self.target_names = members, members[0].target_names
+        self.weights = ensemble_weights(weights, len(members))
 
-    def scores(self, export: LoadedExport, records: list[Record], batch_size: int) -> np.ndarray:
-        """float [n, T] predictions of one export for these records, in batches of `batch_size`
-        molecules within a budget of padded node pairs (inference.padded_batches)."""
-        out = np.empty((len(records), len(self.target_names)), np.float32)
-        for members in padded_batches(records, batch_size):
-            out[members] = batch_scores(export, collate([records[i] for i in members], export.keys, export.path_dist))
-        return out
-
-    def smiles(self, smiles: list[str]) -> tuple[np.ndarray, list[str]]:
-        """(predictions [members, n, T], NaN where a molecule was rejected; reason per molecule, "" if
+    def smiles(self, smiles: list[str], batch_size: int) -> tuple[np.ndarray, list[str]]:
+        """(outputs [members, n, T], NaN where a molecule was rejected; reason per molecule, "" if
         none: a row without a prediction always has one)."""
-        out = np.full((len(self.exports), len(smiles), len(self.target_names)), np.nan, np.float32)
+        molecules = Molecules(smiles)
+        out = np.full((len(self.members), len(smiles), len(self.target_names)), np.nan, np.float32)
         reasons = [""] * len(smiles)
-        made: dict[ShardOptions, tuple[list[Record], list[int]]] = {}
-        for member, export in enumerate(self.exports):
-            if isinstance(export, KernelExport):
-                bits, unread = ecfp_rows(smiles, export.backbone.options.max_nodes)
-                z, why = graph_representation(export.backbone, smiles)
-                kept = np.array([not (a or b) for a, b in zip(unread, why)], bool)
-                out[member, kept, 0] = export.svr.predict(bits[kept], z[kept])
-                for row in np.flatnonzero(~kept):
-                    reasons[row] = reasons[row] or why[row] or unread[row]
-                continue
-            if isinstance(export, FingerprintExport):
-                bits, unread = ecfp_rows(smiles, export.max_nodes)
-                kept = np.array([not why for why in unread], bool)
-                out[member, kept, 0] = export.svr.predict(bits[kept])
-                for row in np.flatnonzero(~kept):
-                    reasons[row] = reasons[row] or unread[row]
-                continue
-            if export.options not in made:
-                made[export.options] = molecule_records(smiles, export.options, reasons)
-            records, rows = made[export.options]
-            if records:
-                out[member, rows] = self.scores(export, records, len(smiles))  # the caller's batch
+        for m, member in enumerate(self.members):
+            out[m], why = member.predict(molecules, batch_size)
+            reasons = [mine or theirs for mine, theirs in zip(reasons, why)]
         for row in np.flatnonzero(not_finite(out)):
             reasons[row] = reasons[row] or "prediction_not_finite"
         return out, reasons
@@ -197,7 +92,7 @@ def not_finite(values: np.ndarray) -> np.ndarray:
 
 def predict_table(predictor: Predictor, frame: pd.DataFrame, smiles_column: str, batch_size: int, progress: bool) -> pd.DataFrame:
     """The input rows with prediction columns and a reason column."""
-    empty = np.zeros((len(predictor.exports), 0, len(predictor.target_names)), np.float32)
+    empty = np.zeros((len(predictor.members), 0, len(predictor.target_names)), np.float32)
     taken = [c for c in [*prediction_columns(empty, predictor.target_names).columns, "reason"] if c in frame.columns]
     if taken:
         raise UserError(f"--input has a column {taken[0]!r}, which predict writes; rename it")
@@ -205,7 +100,7 @@ def predict_table(predictor: Predictor, frame: pd.DataFrame, smiles_column: str,
     parts, reasons = [], []
     with tqdm(total=len(smiles), unit="mol", desc="predict", disable=not progress) as bar:
         for start in range(0, len(smiles), batch_size):
-            values, why = predictor.smiles(smiles[start : start + batch_size])
+            values, why = predictor.smiles(smiles[start : start + batch_size], batch_size)
             parts.append(values)
             reasons += why
             bar.update(len(why))
@@ -215,18 +110,12 @@ def predict_table(predictor: Predictor, frame: pd.DataFrame, smiles_column: str,
 
 
 def prediction_columns(values: np.ndarray, names: list[str], weights: np.ndarray | None = None) -> pd.DataFrame:
-    """<name>_pred per target (one member), or <name>_mean and <name>_std (an ensemble: over the
-    members, weighted by `weights` (ensemble_weights: summing to 1), NaN where any member has none)."""
+    """<name>_pred per target (one member), or <name>_mean and <name>_std (an ensemble's weighted
+    mean and spread over the members: experiments/ensemble.py; NaN where any member has none)."""
     if values.shape[0] == 1:
         return pd.DataFrame({f"{name}_pred": values[0, :, t] for t, name in enumerate(names)})
-    w = (ensemble_weights(None, values.shape[0]) if weights is None else np.asarray(weights, np.float64))[:, None]
-    columns = {}
-    for t, name in enumerate(names):
-        v = values[:, :, t].astype(np.float64)
-        mean = (w * v).sum(axis=0)
-        columns[f"{name}_mean"] = mean
-        columns[f"{name}_std"] = np.sqrt((w * (v - mean) ** 2).sum(axis=0))
-    return pd.DataFrame(columns)
+    mean, std = ensemble(values, weights)
+    return pd.DataFrame({column: block[:, t] for t, name in enumerate(names) for column, block in ((f"{name}_mean", mean), (f"{name}_std", std))})
 
 
 def predict_shards(predictor: Predictor, folder: Path, splits: list[str] | None, batch_size: int, progress: bool) -> pd.DataFrame:
@@ -246,8 +135,8 @@ def predict_shards(predictor: Predictor, folder: Path, splits: list[str] | None,
             raise UserError(f"--splits: split {split!r} of {folder} has no records")
     if not splits:
         raise UserError(f"{folder}: no split holds a record")
-    for export in predictor.exports:
-        if isinstance(export, (FingerprintExport, KernelExport)):
+    for export in predictor.members:
+        if not isinstance(export, LoadedExport):
             raise UserError(f"{export.path}: an SVR export (ECFP + SVR, or the kernel SVR) reads SMILES, which shards do not keep: predict from a CSV of SMILES instead")
         made = manifest.get("features", {}).get("graph")
         wanted = export.options.graph_features.manifest() if export.options.graph_features else None
@@ -259,24 +148,26 @@ def predict_shards(predictor: Predictor, folder: Path, splits: list[str] | None,
     with tqdm(total=total, unit="mol", desc="predict", disable=not progress) as bar:
         for split in splits:
             idx, members = None, []
-            for export in predictor.exports:
+            for export in predictor.members:
                 config = LoaderConfig(batching="graphs", batch_size=batch_size, bucketing=False, num_workers=0, keys=export.keys,
                                       path_edges_max_dist=export.path_dist)
-                ids, values = [], []
-                for batch in build_loader(manifest, split, config, train=False, rank=0, world_size=1):
-                    ids.append(batch.idx.numpy())
-                    values.append(batch_scores(export, batch))
-                    if export is predictor.exports[0]:
-                        bar.update(len(ids[-1]))
-                ids = np.concatenate(ids)
-                order = np.argsort(ids)
-                idx = ids[order]
-                members.append(np.concatenate(values)[order])
+                batches = build_loader(manifest, split, config, train=False, rank=0, world_size=1)
+                if export is predictor.members[0]:
+                    batches = counted(batches, bar)
+                idx, values = export.predict_batches(batches)
+                members.append(values)
             values = np.stack(members)
             reasons = np.where(not_finite(values), "prediction_not_finite", "")
             columns = prediction_columns(values, predictor.target_names, predictor.weights)
             frames.append(pd.concat([pd.DataFrame({"split": split, "idx": idx}), columns, pd.DataFrame({"reason": reasons})], axis=1))
     return pd.concat(frames, ignore_index=True)
+
+
+def counted(batches, bar: tqdm):
+    """The batches, each counted on the progress bar as it passes."""
+    for batch in batches:
+        bar.update(batch.num_graphs)
+        yield batch
 
 
 def written_by_predict(header: list[str]) -> bool:
@@ -306,10 +197,10 @@ def run(args: argparse.Namespace) -> int:
     source = Path(args.input)
     out = claim_out_file(args.out, written_by_predict, "--out", read_mark=csv_header, inputs=[source, *args.exports],
                          overwrite_flag="--overwrite", overwrite=args.overwrite)
-    exports = [load_export(Path(p)) for p in args.exports]
+    members = [load_member(Path(p)) for p in args.exports]
     if args.max_nodes is not None:
-        exports = [with_max_nodes(export, args.max_nodes) for export in exports]
-    predictor = Predictor(exports, args.weights)
+        members = [with_max_nodes(member, args.max_nodes) for member in members]
+    predictor = Predictor(members, args.weights)
     if source.is_dir():
         table = predict_shards(predictor, source, [s for s in args.splits.split(",") if s] if args.splits else None,
                                args.batch_size, not args.no_progress)

@@ -3,7 +3,8 @@
 Every package and every top-level module of gtscale has a row below: the parts of gtscale it may
 import. format ← prep, format ← loader ← models ← train, graphs beside prep (on format, prep and
 loader; train samples node tasks from it); interop on models and format; inference on the data
-path; experiments on train, prep and inference; predict on inference and experiments; bench and
+path; experiments on train, prep and inference; members (an ensemble's members, read from exports) on
+inference and experiments; predict on members; bench and
 cli on top of all of them, cli above bench (it dispatches to the benchmarks). A module without a
 row, or an import its row does not allow, fails the test, naming the file and the import.
 
@@ -43,11 +44,12 @@ ALLOWED = {
     "interop": SHARED | {"format", "models"},
     "inference": SHARED | {"format", "prep", "loader", "models", "train"},
     "experiments": SHARED | {"format", "prep", "models", "train", "inference"},
-    "predict": SHARED | {"format", "prep", "loader", "models", "train", "inference", "experiments"},
+    "members": SHARED | {"format", "prep", "models", "train", "inference", "experiments"},
+    "predict": SHARED | {"format", "prep", "loader", "models", "train", "inference", "experiments", "members"},
     "bench": SHARED | {"allocator", "format", "prep", "loader", "graphs", "models", "train", "interop", "inference",
-                       "experiments", "predict"},
+                       "experiments", "members", "predict"},
     "cli": SHARED | {"allocator", "format", "prep", "loader", "graphs", "models", "train", "interop", "inference",
-                     "experiments", "predict", "bench"},
+                     "experiments", "members", "predict", "bench"},
 }
 
 

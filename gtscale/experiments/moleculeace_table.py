@@ -226,6 +226,7 @@ def selected_now(rows: list[dict]) -> bool:
 def blend_row(seeds_row: dict, ecfp_folder: Path) -> dict:
     """The blend as a sweep row: BLEND_SVR_WEIGHT × the SVR's test prediction + the rest × the mean
     of the seeds' (each at its best-validation checkpoint), matched by record idx, scored like a run."""
+    from gtscale.experiments.ensemble import ensemble
     from gtscale.experiments.sweep import ensemble_prediction, summarize, with_cliff_rmse
     from gtscale.train.evaluate_cli import run_config
     from gtscale.train.tasks import evaluate
@@ -236,7 +237,7 @@ def blend_row(seeds_row: dict, ecfp_folder: Path) -> dict:
     at = order[np.searchsorted(svr["idx"], idx, sorter=order)] if len(idx) == len(svr["idx"]) else None
     if at is None or not np.array_equal(svr["idx"][at], idx) or not np.allclose(svr["y_true"][at], y_true, atol=1e-4, equal_nan=True):
         raise UserError(f"{ecfp_folder}: its SVR scored other test molecules than {seeds_row['runs'][0]['run_dir']}; the blend needs the same set and split")
-    y_pred = BLEND_SVR_WEIGHT * svr["y_pred"][at] + (1.0 - BLEND_SVR_WEIGHT) * y_seeds
+    y_pred = ensemble(np.stack([y_seeds, svr["y_pred"][at]]), [1.0 - BLEND_SVR_WEIGHT, BLEND_SVR_WEIGHT])[0]
     cfg = run_config(Path(seeds_row["runs"][0]["run_dir"]))
     metrics = with_cliff_rmse(evaluate(y_pred, y_true, cfg.task), cfg.data.shards, idx, y_pred, y_true)
     run = {"seed": "blend", "seeds": [r["seed"] for r in seeds_row["runs"]], "svr_weight": BLEND_SVR_WEIGHT, "metrics": metrics}

@@ -165,10 +165,12 @@ def ensemble_row(row: dict) -> dict | None:
 
 
 def ensemble_prediction(row: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(idx, mean prediction, targets) of a sweep row's seeds on its split, each seed at its
-    best-validation checkpoint (RUN/eval/<split>-<tag>.npz); the seeds must have scored the same samples."""
-    from gtscale.experiments.ensemble import mean_prediction
+    """(idx, the seeds' ensemble of outputs (experiments/ensemble.py), targets) of a sweep row's
+    seeds on its split, each seed at its best-validation checkpoint (RUN/eval/<split>-<tag>.npz);
+    the seeds must have scored the same samples."""
+    from gtscale.experiments.ensemble import ensemble
     from gtscale.train.evaluate_cli import run_config
+    from gtscale.train.outputs import outputs
 
     split, runs = row["split"], row["runs"]
     saved = [np.load(Path(r["run_dir"]) / "eval" / f"{split}-{r['tag']}.npz") for r in runs]
@@ -177,7 +179,7 @@ def ensemble_prediction(row: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if not np.array_equal(other["idx"], idx):
             raise UserError(f"{run['run_dir']}: scored other {split} samples than {runs[0]['run_dir']}; an ensemble needs the same shards")
     loss = run_config(Path(runs[0]["run_dir"])).task.loss
-    return idx, mean_prediction(np.stack([s["y_pred"] for s in saved]), loss), y_true
+    return idx, ensemble(np.stack([outputs(s["y_pred"], loss) for s in saved]))[0], y_true
 
 
 def split_seeds(values: list[str], overrides: list[str]) -> tuple[list[int], list[str]]:

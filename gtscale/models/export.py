@@ -69,7 +69,10 @@ class ExportedModel(nn.Module):
         self.head = head
 
     def forward(self, batch) -> torch.Tensor:
-        return self.head(self.backbone(batch))
+        """The task scores: the head on the backbone's outputs, beside the batch's molecule
+        features (graph_feat) when the head reads them."""
+        graph_feat = getattr(batch, "graph_feat", None) if getattr(self.head.cfg, "graph_features", 0) else None
+        return self.head(self.backbone(batch), graph_feat)
 
 
 # --- what export.json holds ---------------------------------------------------------------------

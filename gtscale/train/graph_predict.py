@@ -23,6 +23,7 @@ from gtscale.errors import UserError
 from gtscale.graphs.store import MANIFEST, GraphStore
 from gtscale.io import atomic_write_text, claim_out_dir, sha256_file
 from gtscale.models.export import check_fits, read_export
+from gtscale.train.outputs import outputs
 from gtscale.train.full_inference import full_graph_logits
 
 SCORES, RECORD = "scores.npy", "predict.json"
@@ -61,9 +62,9 @@ def run(args: argparse.Namespace) -> int:
     began = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     logits = full_graph_logits(model, store, out, args.chunk_edges, progress=not args.no_progress)
-    scores = 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
+    scores = outputs(logits, "node_bce")
     tmp = out / f"{SCORES}.tmp.npy"
-    np.save(tmp, scores.astype(np.float32))
+    np.save(tmp, scores)
     tmp.replace(out / SCORES)
     record = {"format": RECORD_FORMAT, "export": str(Path(args.export).resolve()), "graph": str(store.path.resolve()),
               "graph_manifest_sha256": sha256_file(store.path / MANIFEST), "nodes": store.num_nodes, "inference": "full",
