@@ -8,6 +8,7 @@ predict.py, which it serves.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
@@ -16,6 +17,7 @@ import numpy as np
 
 from gtscale.config import from_dict
 from gtscale.errors import UserError
+from gtscale.experiments.ensemble import ensemble_weights
 from gtscale.experiments.ecfp import SVR_EXPORT_NAME, TanimotoSVR, ecfp_rows, read_svr_export
 from gtscale.experiments.kernel_svr import KERNEL_EXPORT_NAME, KernelSVR, read_kernel_export
 from gtscale.inference import LoadedExport, Molecules, check_record, graph_representation, load_model_export
@@ -98,6 +100,28 @@ def load_member(path: Path) -> Member:
         backbone = load_model_export(folder, model_cfg["backbone"], backbone_state, meta["backbone"])
         return KernelMember(folder, svr, backbone, task, names or ["y0"])
     return load_model_export(folder, model_cfg, export.state, meta)
+
+
+def load_members(path: Path) -> tuple[list[Member], list[float]]:
+    """(members, weights) of an export folder: an ensemble export's members (ensemble.json, with the
+    member folders beside it: `gtscale fit`'s DIR/export), or the one member any other export is."""
+    from gtscale.models.export import ENSEMBLE_FILE, ENSEMBLE_FORMAT
+
+    path = Path(path)
+    record_file = path / ENSEMBLE_FILE
+    if not record_file.is_file():
+        return [load_member(path)], [1.0]
+    try:
+        record = json.loads(record_file.read_text())
+        names, weights = record["members"], record["weights"]
+        ok = record.get("format") == ENSEMBLE_FORMAT and isinstance(names, list) and isinstance(weights, list) and len(names) == len(weights) > 0
+    except (OSError, ValueError, KeyError, TypeError):
+        ok = False
+    if not ok or not all(isinstance(n, str) and n and "/" not in n and "\\" not in n and n not in (".", "..") for n in names):
+        raise UserError(f"{record_file}: not an ensemble record gtscale wrote (format {ENSEMBLE_FORMAT!r}, members: folder names beside it, "
+                        "weights: one per member)")
+    members = [load_member(path / name) for name in names]
+    return members, list(ensemble_weights(weights, len(members), option=str(record_file), member="member"))
 
 
 def with_max_nodes(member: Member, max_nodes: int) -> Member:

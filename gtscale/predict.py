@@ -21,7 +21,8 @@ by inference.py, and the SVR exports of experiments/), ensembled by experiments/
   (`gtscale baseline ecfp`) and a kernel SVR on a backbone's representation (`gtscale baseline
   kernel`). The SVRs read SMILES, so they predict from a CSV, not from a shard folder. Members are
   matched by task (as many targets, of the same kind), not by their targets' names: the first
-  member names the columns.
+  member names the columns. An ensemble export (`gtscale fit`'s DIR/export: ensemble.json and its
+  member folders) brings its members and their weights.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from gtscale.experiments.ensemble import ensemble, ensemble_weights
 from gtscale.inference import LoadedExport, Molecules
 from gtscale.io import atomic_write_text, claim_out_file, disk_full_is_user_error, read_first_line
 from gtscale.prep.molecule_limits import DEFAULT_MAX_ATOMS
-from gtscale.members import Member, check_same_task, load_member, with_max_nodes
+from gtscale.members import Member, check_same_task, load_members, with_max_nodes
 from gtscale.prep.sources.base import read_csv, require_columns, text_column
 
 
@@ -82,6 +83,18 @@ class Predictor:
         for row in np.flatnonzero(not_finite(out)):
             reasons[row] = reasons[row] or "prediction_not_finite"
         return out, reasons
+
+
+def ensemble_of(exports: list[str], weights: list[float] | None) -> tuple[list[Member], list[float]]:
+    """The members of every export (an ensemble export gives its own, with its weights), and each
+    member's weight: its export's --weights share times its weight within that export."""
+    outer = ensemble_weights(weights, len(exports))
+    members, inner = [], []
+    for share, path in zip(outer, exports):
+        found, found_weights = load_members(Path(path))
+        members += found
+        inner += [share * w for w in found_weights]
+    return members, inner
 
 
 def not_finite(values: np.ndarray) -> np.ndarray:
@@ -197,10 +210,10 @@ def run(args: argparse.Namespace) -> int:
     source = Path(args.input)
     out = claim_out_file(args.out, written_by_predict, "--out", read_mark=csv_header, inputs=[source, *args.exports],
                          overwrite_flag="--overwrite", overwrite=args.overwrite)
-    members = [load_member(Path(p)) for p in args.exports]
+    members, weights = ensemble_of(args.exports, args.weights)
     if args.max_nodes is not None:
         members = [with_max_nodes(member, args.max_nodes) for member in members]
-    predictor = Predictor(members, args.weights)
+    predictor = Predictor(members, weights)
     if source.is_dir():
         table = predict_shards(predictor, source, [s for s in args.splits.split(",") if s] if args.splits else None,
                                args.batch_size, not args.no_progress)

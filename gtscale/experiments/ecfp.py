@@ -18,7 +18,7 @@ averages) and DIR/export, an export `gtscale predict` reads beside model exports
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -98,6 +98,8 @@ class TanimotoSVR:
     coef: np.ndarray  # [m] float64 dual coefficients
     intercept: float
     C: float
+    cv_rmse: float = float("nan")  # the chosen C's mean RMSE over the cross-validation folds (fitting only; not exported)
+    cv_predictions: np.ndarray | None = None  # [train + valid] out-of-fold predictions with that C (fit_svr(out_of_fold=True))
 
     @classmethod
     def from_fitted(cls, svr, bits: np.ndarray, C: float) -> "TanimotoSVR":
@@ -124,11 +126,23 @@ def search_c(kernel: np.ndarray, y: np.ndarray):
     return GridSearchCV(SVR(kernel="precomputed"), {"C": list(SVR_C)}, cv=folds, scoring="neg_root_mean_squared_error").fit(kernel, y)
 
 
-def fit_svr(x: dict, y: dict) -> TanimotoSVR:
-    """Tanimoto-kernel SVR on train ∪ valid, C chosen by cross-validation (SELECTION)."""
+def fit_svr(x: dict, y: dict, out_of_fold: bool = False) -> TanimotoSVR:
+    """Tanimoto-kernel SVR on train ∪ valid, C chosen by cross-validation (SELECTION); with
+    `out_of_fold`, also each molecule's prediction by the chosen C fitted on the other folds."""
     bits = pooled(x)
-    search = search_c(tanimoto(bits, bits), pooled(y))
-    return TanimotoSVR.from_fitted(search.best_estimator_, bits, float(search.best_params_["C"]))
+    kernel = tanimoto(bits, bits)
+    search = search_c(kernel, pooled(y))
+    svr = TanimotoSVR.from_fitted(search.best_estimator_, bits, float(search.best_params_["C"]))
+    folds = fold_predictions(search, kernel, pooled(y)) if out_of_fold else None
+    return replace(svr, cv_rmse=-float(search.best_score_), cv_predictions=folds)
+
+
+def fold_predictions(search, kernel: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """float64 [n] out-of-fold predictions of a search_c result's chosen SVR over the same folds."""
+    from sklearn.base import clone
+    from sklearn.model_selection import cross_val_predict
+
+    return cross_val_predict(clone(search.best_estimator_), kernel, y, cv=search.cv).astype(np.float64)
 
 
 def fit_rf(x: dict, y: dict, seed: int, trees: int = RF_TREES):

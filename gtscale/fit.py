@@ -1,0 +1,291 @@
+"""`gtscale fit DATA.csv [VALID.csv TEST.csv] --target-column y --out DIR`: from a CSV of molecules
+and a measured property to a tested model that `gtscale predict` reads, in one command.
+
+1. The molecules are read as the sharder reads a smiles-csv (prep/sources/smiles.py) and split:
+   three files are train, valid and test; one file is split by `split` (random 80/10/10, scaffold,
+   or a column naming each row's split).
+2. The recipe's members are fitted on train ∪ valid, each with its hyperparameters chosen by 5-fold
+   cross-validation over those molecules (experiments/ecfp.py's SELECTION): `ecfp` = ECFP4 +
+   Tanimoto SVR; `kernel` = the SVR on ECFP4 Tanimoto + an RBF kernel on a pretrained backbone's
+   representation (experiments/kernel_svr.py; `init_from`, by default the shipped moses-egt).
+3. The model is chosen among each member alone and the members' mean by the RMSE of their
+   out-of-fold predictions over train ∪ valid (never test), and written as DIR/export: an ensemble
+   export (members.py) that `gtscale predict DIR/export` reads.
+4. Every member, the chosen model and ECFP + SVR (the baseline) are scored on the test split through
+   the prediction path `gtscale predict` takes: DIR/report.json, DIR/report.md (the table and the
+   choice), DIR/parity.png and DIR/test-predictions.csv.
+
+Rows the members cannot read (RDKit cannot parse them, or they are larger than the molecule caps of
+prep/molecule_limits.py) or whose target is missing are left out and counted in the report.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gtscale.errors import UserError
+from gtscale.io import atomic_write_text, claim_out_dir
+from gtscale.prep.sources.base import MoleculeTable, scaffold_split
+
+#: recipe → the members it fits (the default: the best arm measured in docs/results/moleculeace-table.md)
+RECIPES: dict[str, tuple[str, ...]] = {"kernel": ("ecfp", "kernel"), "ecfp": ("ecfp",)}
+DEFAULT_RECIPE = "kernel"
+DEFAULT_BACKBONE = "moses-egt"
+SPLITS = ("train", "valid", "test")
+REPORT, REPORT_MD, PARITY, TEST_PREDICTIONS = "report.json", "report.md", "parity.png", "test-predictions.csv"
+REPORT_FORMAT = "gtscale-fit"
+#: What marks DIR as a folder fit wrote (the only one it replaces files in).
+MARKERS = {REPORT: lambda record: record.get("format") == REPORT_FORMAT}
+MEAN = "mean"  # the candidate that averages every member
+
+
+def read_fit_table(inputs: list[Path], smiles_column: str, target_column: str, split: str, seed: int) -> MoleculeTable:
+    """The molecules of one CSV split by `split` (random | scaffold | column:NAME), or of three CSVs
+    (train, valid, test), as one table whose rows run through the files in order."""
+    from gtscale.prep.sources.smiles import read_smiles_table
+
+    if len(inputs) not in (1, 3):
+        raise UserError(f"give one CSV (split by --split) or three (train, valid, test); got {len(inputs)}")
+    if len(inputs) == 3:
+        tables = [read_smiles_table(p, smiles_column, [target_column], "graph_regression") for p in inputs]
+        sizes = np.cumsum([0] + [len(t.smiles) for t in tables])
+        splits = {name: np.arange(sizes[i], sizes[i + 1], dtype=np.int64) for i, name in enumerate(SPLITS)}
+        return MoleculeTable(name=inputs[0].name, smiles=[s for t in tables for s in t.smiles], idx=np.arange(sizes[-1], dtype=np.int64),
+                             targets=np.concatenate([t.targets for t in tables]), target_names=[target_column],
+                             task_type="graph_regression", splits=splits, source_files=list(inputs))
+    column = split[len("column:"):] if split.startswith("column:") else None
+    if column is None and split not in ("random", "scaffold"):
+        raise UserError(f"--split: {split!r} is not one of random, scaffold, column:NAME")
+    table = read_smiles_table(inputs[0], smiles_column, [target_column], "graph_regression", split_column=column, seed=seed)
+    if split == "scaffold":
+        table.splits = scaffold_split(table.smiles, seed)
+    missing = [name for name in SPLITS if not len(table.splits.get(name, []))]
+    other = sorted(set(table.splits) - set(SPLITS))
+    if missing or other:
+        raise UserError(f"{inputs[0]}: --split {split} gives splits {', '.join(sorted(table.splits))}; fit needs train, valid and test"
+                        + (f" (no {', '.join(missing)} rows)" if missing else f" (unknown {', '.join(other)})"))
+    return table
+
+
+@dataclass
+class Features:
+    """What the members read of each split's molecules, the rows every member reads, their targets."""
+
+    rows: dict[str, np.ndarray]  # split → table rows kept
+    bits: dict[str, np.ndarray]
+    z: dict[str, np.ndarray]  # the backbone's representation (kernel recipes)
+    y: dict[str, np.ndarray]
+    left_out: dict[str, dict[str, int]]  # split → reason → rows left out
+
+
+def featurize(table: MoleculeTable, backbone, progress: bool) -> Features:
+    """ECFP4 bits (and the backbone's representation) of every split; rows a member cannot read or
+    without a target are left out of all of them, so that members are compared on the same rows."""
+    from gtscale.experiments.ecfp import ecfp_rows
+    from gtscale.inference import graph_representation
+
+    rows, bits, z, y, left_out = {}, {}, {}, {}, {}
+    for split in SPLITS:
+        members = table.splits[split]
+        smiles = [table.smiles[i] for i in members]
+        b, reasons = ecfp_rows(smiles)
+        if backbone is not None:
+            rep, why = graph_representation(backbone, smiles)
+            reasons = [a or c for a, c in zip(reasons, why)]
+        target = table.targets[members, 0].astype(np.float64)
+        reasons = [why or ("" if np.isfinite(t) else "target_missing") for why, t in zip(reasons, target)]
+        keep = np.array([not why for why in reasons], bool)
+        rows[split], bits[split], y[split] = members[keep], b[keep], target[keep]
+        z[split] = rep[keep] if backbone is not None else None
+        counts: dict[str, int] = {}
+        for why in reasons:
+            if why:
+                counts[why] = counts.get(why, 0) + 1
+        left_out[split] = counts
+        if progress:
+            print(f"{split}: {keep.sum()} molecules" + (f" ({sum(counts.values())} left out: {counts})" if counts else ""))
+    for split in ("train", "valid"):
+        if len(rows[split]) < 2:
+            raise UserError(f"{table.source_files[0]}: the {split} split keeps {len(rows[split])} molecule(s) with a target; fit needs more")
+    if len(rows["train"]) + len(rows["valid"]) < 10:
+        raise UserError(f"{table.source_files[0]}: train and valid keep {len(rows['train']) + len(rows['valid'])} molecules; "
+                        "5-fold cross-validation needs at least 10")
+    return Features(rows, bits, z, y, left_out)
+
+
+def fit_members(names: tuple[str, ...], features: Features) -> dict[str, tuple[object, np.ndarray, dict]]:
+    """name → (fitted SVR, out-of-fold predictions over train ∪ valid, its chosen hyperparameters)."""
+    from gtscale.experiments.ecfp import SELECTION, fit_svr
+    from gtscale.experiments.kernel_svr import fit_kernel_svr
+
+    fitted = {}
+    for name in names:
+        if name == "ecfp":
+            svr = fit_svr(features.bits, features.y, out_of_fold=True)
+            fitted[name] = (svr, svr.cv_predictions, {"C": svr.C, "selection": SELECTION})
+        else:
+            svr = fit_kernel_svr(features.bits, features.z, features.y, out_of_fold=True)
+            fitted[name] = (svr, svr.cv_predictions, {"C": svr.C, "weight": svr.weight, "gamma": svr.gamma, "selection": SELECTION})
+    return fitted
+
+
+def regression_metrics(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, float]:
+    from sklearn.metrics import mean_absolute_error, r2_score, root_mean_squared_error
+
+    return {"rmse": float(root_mean_squared_error(y_true, y_pred)), "mae": float(mean_absolute_error(y_true, y_pred)),
+            "r2": float(r2_score(y_true, y_pred)) if len(y_true) > 1 else float("nan")}
+
+
+def choose(out_of_fold: dict[str, np.ndarray], y: np.ndarray) -> tuple[str, dict[str, float]]:
+    """(the candidate with the lowest out-of-fold RMSE — each member alone, or the mean of all when
+    there are several; ties: the first —, every candidate's out-of-fold RMSE)."""
+    from sklearn.metrics import root_mean_squared_error
+
+    candidates = dict(out_of_fold)
+    if len(out_of_fold) > 1:
+        candidates[MEAN] = np.mean(list(out_of_fold.values()), axis=0)
+    scores = {name: float(root_mean_squared_error(y, pred)) for name, pred in candidates.items()}
+    return min(scores, key=scores.get), scores
+
+
+def fit(inputs: list[Path], out: Path, smiles_column: str = "smiles", target_column: str = "y", split: str = "random", seed: int = 0,
+        recipe: str = DEFAULT_RECIPE, init_from: str = DEFAULT_BACKBONE, progress: bool = True) -> dict:
+    """Fit, choose, export and test (module docstring); returns the report written to out/report.json."""
+    from gtscale.experiments.ecfp import write_svr_export
+    from gtscale.experiments.kernel_svr import write_kernel_export
+    from gtscale.members import load_members
+    from gtscale.models.export import claim_export_dir
+
+    began = time.perf_counter()
+    if recipe not in RECIPES:
+        raise UserError(f"--recipe: {recipe!r} is not one of {', '.join(RECIPES)}")
+    out = claim_out_dir(out, MARKERS, inputs=inputs)
+    out.mkdir(parents=True, exist_ok=True)
+    if not (out / REPORT).is_file():  # marks the folder as fit's before anything else is written in it: a rerun may replace it all
+        atomic_write_text(out / REPORT, json.dumps({"format": REPORT_FORMAT, "finished": False}))
+    members = RECIPES[recipe]
+    saved_backbone, backbone = load_backbone(init_from) if "kernel" in members else (None, None)
+    table = read_fit_table(inputs, smiles_column, target_column, split, seed)
+    features = featurize(table, backbone, progress)
+    fitted = fit_members(members, features)
+    pooled_y = np.concatenate([features.y["train"], features.y["valid"]])
+    chosen, selection = choose({name: oof for name, (_, oof, _) in fitted.items()}, pooled_y)
+    record = {"dataset": table.name, "task": {"type": "graph_regression", "num_targets": 1, "target_names": [target_column]}}
+    for folder in (out / "members", out / "export"):
+        claim_export_dir(folder)  # nested member exports: only ones gtscale wrote are replaced
+    written = {}
+    for name, (svr, _, _) in fitted.items():
+        for folder in [out / "members" / name] + ([out / "export" / name] if chosen in (name, MEAN) else []):
+            written[folder] = (write_svr_export(folder, svr, record) if name == "ecfp"
+                               else write_kernel_export(folder, svr, saved_backbone, record))
+    chosen_members = list(fitted) if chosen == MEAN else [chosen]
+    write_ensemble(out / "export", chosen_members, [1.0] * len(chosen_members))
+    test_smiles = [table.smiles[i] for i in features.rows["test"]]
+    scored = {name: ensemble_outputs(load_members(out / "members" / name), test_smiles) for name in fitted}
+    scored["chosen"] = ensemble_outputs(load_members(out / "export"), test_smiles)
+    y_test = features.y["test"]
+    test = {name: regression_metrics(y_test, pred) for name, pred in scored.items()}
+    report = {
+        "format": REPORT_FORMAT, "inputs": [str(p) for p in inputs], "smiles_column": smiles_column, "target": target_column,
+        "split": split if len(inputs) == 1 else "files", "seed": seed, "recipe": recipe,
+        "backbone": str(init_from) if backbone is not None else None,
+        "molecules": {s: int(len(features.rows[s])) for s in SPLITS}, "left_out": features.left_out,
+        "members": {name: {"chosen": chosen_params, "cv_rmse": selection[name]} for name, (_, _, chosen_params) in fitted.items()},
+        "selection": {"rule": "lowest RMSE of out-of-fold predictions over train + valid (5 folds)", "candidates": selection, "chosen": chosen,
+                      "members": chosen_members},
+        "test": test, "baseline": "ecfp", "seconds": round(time.perf_counter() - began, 1),
+    }
+    write_test_predictions(out / TEST_PREDICTIONS, test_smiles, y_test, scored)
+    parity_plot(out / PARITY, y_test, scored["chosen"], f"{target_column}: test, {'+'.join(chosen_members)}")
+    atomic_write_text(out / REPORT_MD, report_markdown(report))
+    atomic_write_text(out / REPORT, json.dumps(report, indent=1))
+    return report
+
+
+def load_backbone(init_from: str):
+    """(the export as read, as a model that computes representations) of `init_from`: a path or a shipped name."""
+    from gtscale.experiments.ecfp import SVR_EXPORT_NAME
+    from gtscale.experiments.kernel_svr import KERNEL_EXPORT_NAME
+    from gtscale.inference import check_record, load_model_export
+    from gtscale.models.export import read_export
+    from gtscale.models.pretrained import export_path
+
+    saved = read_export(export_path(init_from))
+    if saved.config.get("name") in (SVR_EXPORT_NAME, KERNEL_EXPORT_NAME):
+        raise UserError(f"--init-from {init_from}: an SVR export has no graph representation; name a gtscale model export")
+    check_record(saved.meta, saved.folder)
+    return saved, load_model_export(saved.folder, saved.config, saved.state, saved.meta)
+
+
+def write_ensemble(folder: Path, names: list[str], weights: list[float]) -> None:
+    """DIR/export/ensemble.json: the member folders beside it and their weights (members.load_members)."""
+    from gtscale.models.export import ENSEMBLE_FILE, ENSEMBLE_FORMAT
+
+    atomic_write_text(folder / ENSEMBLE_FILE, json.dumps({"format": ENSEMBLE_FORMAT, "members": names, "weights": weights}, indent=1))
+
+
+def ensemble_outputs(loaded, smiles: list[str]) -> np.ndarray:
+    """float64 [n] ensemble mean of (members, weights) for the test molecules: predict's own path."""
+    from gtscale.predict import Predictor
+
+    members, weights = loaded
+    values, reasons = Predictor(members, weights).smiles(smiles, batch_size=64)
+    bad = next((i for i, why in enumerate(reasons) if why), None)
+    if bad is not None:  # featurize kept only molecules every member reads
+        raise RuntimeError(f"test molecule {smiles[bad]!r} was read when fitting but not when predicting ({reasons[bad]})")
+    from gtscale.experiments.ensemble import ensemble
+
+    return ensemble(values, weights)[0][:, 0]
+
+
+def write_test_predictions(path: Path, smiles: list[str], y: np.ndarray, scored: dict[str, np.ndarray]) -> None:
+    import pandas as pd
+
+    frame = pd.DataFrame({"smiles": smiles, "measured": y, **{f"{name}_pred": pred for name, pred in scored.items()}})
+    atomic_write_text(path, frame.to_csv(index=False))
+
+
+def parity_plot(path: Path, y: np.ndarray, pred: np.ndarray, title: str) -> None:
+    """Predicted against measured, with the diagonal, as a PNG (written whole or not at all)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(4.5, 4.5))
+    ax.scatter(y, pred, s=10, alpha=0.6)
+    low, high = float(min(y.min(), pred.min())), float(max(y.max(), pred.max()))
+    ax.plot([low, high], [low, high], color="grey", linewidth=1)
+    ax.set_xlabel("measured")
+    ax.set_ylabel("predicted")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+LABELS = {"ecfp": "ECFP4 + SVR (baseline)", "kernel": "ECFP4 + backbone kernel SVR", "chosen": "chosen model (DIR/export)"}
+
+
+def report_markdown(report: dict) -> str:
+    """The test table (each member and the chosen model, beside the baseline) and the choice."""
+    n = report["molecules"]
+    lines = [f"# gtscale fit: {report['target']} of {Path(report['inputs'][0]).name}", "",
+             f"{n['train']} train, {n['valid']} valid, {n['test']} test molecules (split: {report['split']}); recipe {report['recipe']}"
+             + (f", backbone {report['backbone']}" if report["backbone"] else "") + f"; {report['seconds']} s.", "",
+             "| model | test RMSE | test MAE | test R² | RMSE ÷ baseline |", "| --- | --- | --- | --- | --- |"]
+    base = report["test"][report["baseline"]]["rmse"]
+    for name, m in report["test"].items():
+        lines.append(f"| {LABELS.get(name, name)} | {m['rmse']:.4f} | {m['mae']:.4f} | {m['r2']:.3f} | {m['rmse'] / base:.3f} |")
+    sel = report["selection"]
+    lines += ["", f"Chosen on train + valid only ({sel['rule']}): **{sel['chosen']}** "
+              + "(" + ", ".join(f"{k} {v:.4f}" for k, v in sel["candidates"].items()) + ").", "",
+              "`gtscale predict DIR/export --input mols.csv --out preds.csv` predicts with it; parity.png plots its test predictions."]
+    return "\n".join(lines) + "\n"
