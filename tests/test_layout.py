@@ -46,7 +46,7 @@ ALLOWED = {
     "experiments": SHARED | {"format", "prep", "models", "train", "inference"},
     "members": SHARED | {"format", "prep", "models", "train", "inference", "experiments"},
     "predict": SHARED | {"format", "prep", "loader", "models", "train", "inference", "experiments", "members"},
-    "fit": SHARED | {"format", "prep", "models", "train", "inference", "experiments", "members", "predict", "fit"},
+    "fit": SHARED | {"format", "prep", "models", "train", "inference", "experiments", "members", "predict"},
     "bench": SHARED | {"allocator", "format", "prep", "loader", "graphs", "models", "train", "interop", "inference",
                        "experiments", "members", "predict", "fit"},
     "cli": SHARED | {"allocator", "format", "prep", "loader", "graphs", "models", "train", "interop", "inference",
