@@ -191,7 +191,7 @@ def fit(inputs: list[Path], out: Path, smiles_column: str = "smiles", target_col
     y_test = features.y["test"]
     test = {name: regression_metrics(y_test, pred) for name, pred in scored.items()}
     report = {
-        "format": REPORT_FORMAT, "inputs": [str(p) for p in inputs], "smiles_column": smiles_column, "target": target_column,
+        "format": REPORT_FORMAT, "out": str(out), "inputs": [str(p) for p in inputs], "smiles_column": smiles_column, "target": target_column,
         "split": split if len(inputs) == 1 else "files", "seed": seed, "recipe": recipe,
         "backbone": str(init_from) if backbone is not None else None,
         "molecules": {s: int(len(features.rows[s])) for s in SPLITS}, "left_out": features.left_out,
@@ -271,7 +271,7 @@ def parity_plot(path: Path, y: np.ndarray, pred: np.ndarray, title: str) -> None
     tmp.replace(path)
 
 
-LABELS = {"ecfp": "ECFP4 + SVR (baseline)", "kernel": "ECFP4 + backbone kernel SVR", "chosen": "chosen model (DIR/export)"}
+LABELS = {"ecfp": "ECFP4 + SVR (baseline)", "kernel": "ECFP4 + backbone kernel SVR", "chosen": "chosen model (export/)"}
 
 
 def report_markdown(report: dict) -> str:
@@ -287,5 +287,5 @@ def report_markdown(report: dict) -> str:
     sel = report["selection"]
     lines += ["", f"Chosen on train + valid only ({sel['rule']}): **{sel['chosen']}** "
               + "(" + ", ".join(f"{k} {v:.4f}" for k, v in sel["candidates"].items()) + ").", "",
-              "`gtscale predict DIR/export --input mols.csv --out preds.csv` predicts with it; parity.png plots its test predictions."]
+              f"`gtscale predict {report['out']}/export --input mols.csv --out preds.csv` predicts with it; parity.png plots its test predictions."]
     return "\n".join(lines) + "\n"

@@ -1,5 +1,5 @@
-"""`gtscale predict EXPORT… --input mols.csv --out preds.csv`: a fine-tuned model's predictions for
-new molecules (chemprop's `predict`): the members of members.py (model exports run on molecules
+"""Predictions for new molecules (`gtscale predict EXPORT… --input mols.csv --out preds.csv`,
+chemprop's `predict`): the members of members.py (model exports run on molecules
 by inference.py, and the SVR exports of experiments/), ensembled by experiments/ensemble.py.
 
 - Molecules are featurised by the sharder's own code (`writer.featurize_rows`, with the structure
@@ -27,7 +27,6 @@ by inference.py, and the SVR exports of experiments/), ensembled by experiments/
 
 from __future__ import annotations
 
-import argparse
 import csv
 from pathlib import Path
 
@@ -39,27 +38,8 @@ from gtscale.errors import UserError
 from gtscale.experiments.ensemble import ensemble, ensemble_weights
 from gtscale.inference import LoadedExport, Molecules
 from gtscale.io import atomic_write_text, claim_out_file, disk_full_is_user_error, read_first_line
-from gtscale.prep.molecule_limits import DEFAULT_MAX_ATOMS
 from gtscale.members import Member, check_same_task, load_members, with_max_nodes
 from gtscale.prep.sources.base import read_csv, require_columns, text_column
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("exports", nargs="+", help="export folders (model.pt, model.yaml, export.json); several = an ensemble")
-    parser.add_argument("--input", required=True,
-                        help="a .csv of SMILES (optionally .gz, .bz2, .xz, a one-file .zip, or .zst with the zstandard module), "
-                        "or a shard folder (manifest.json)")
-    parser.add_argument("--smiles-column", default="smiles", help="SMILES column of the CSV (default smiles)")
-    parser.add_argument("--splits", default=None, help="shard folder: comma-separated splits to predict (default: every split with records)")
-    parser.add_argument("--out", required=True, help="CSV to write (atomically); replaces only a CSV predict wrote")
-    parser.add_argument("--overwrite", action="store_true", help="replace --out even if predict did not write it (never the input)")
-    parser.add_argument("--max-nodes", type=int, default=None,
-                        help=f"most atoms a molecule may have; larger ones get reason too_many_nodes before RDKit parses them "
-                        f"(default: the export's shards' --max-nodes, else {DEFAULT_MAX_ATOMS})")
-    parser.add_argument("--batch-size", type=int, default=64, help="molecules per batch (default 64)")
-    parser.add_argument("--weights", type=float, nargs="+", default=None, metavar="W",
-                        help="one weight per export for the ensemble's mean and std: finite, >= 0, not all 0 (default: equal)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 class Predictor:
@@ -202,30 +182,33 @@ def csv_text(table: pd.DataFrame) -> str:
     return table.to_csv(index=False, quoting=csv.QUOTE_ALL) if "\r" in text else text
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.batch_size < 1:
-        raise UserError(f"--batch-size must be >= 1, got {args.batch_size}")
-    if args.max_nodes is not None and args.max_nodes < 1:
-        raise UserError(f"--max-nodes must be >= 1, got {args.max_nodes}")
-    source = Path(args.input)
-    out = claim_out_file(args.out, written_by_predict, "--out", read_mark=csv_header, inputs=[source, *args.exports],
-                         overwrite_flag="--overwrite", overwrite=args.overwrite)
-    members, weights = ensemble_of(args.exports, args.weights)
-    if args.max_nodes is not None:
-        members = [with_max_nodes(member, args.max_nodes) for member in members]
-    predictor = Predictor(members, weights)
+def predict(exports: list[str], input: str, out: str, *, smiles_column: str = "smiles", splits: str | None = None,
+            overwrite: bool = False, max_nodes: int | None = None, batch_size: int = 64, weights: list[float] | None = None,
+            progress: bool = True) -> tuple[Path, pd.DataFrame]:
+    """Predictions of `exports` (several: an ensemble, weighed by `weights`; an ensemble export
+    brings its members) for every row of the CSV `input` (its SMILES in `smiles_column`) or every
+    record of the shard folder `input` (`splits` comma-separated, default all), written to the CSV
+    `out` (module docstring); (out, the table)."""
+    if batch_size < 1:
+        raise UserError(f"--batch-size must be >= 1, got {batch_size}")
+    if max_nodes is not None and max_nodes < 1:
+        raise UserError(f"--max-nodes must be >= 1, got {max_nodes}")
+    source = Path(input)
+    target = claim_out_file(out, written_by_predict, "--out", read_mark=csv_header, inputs=[source, *exports],
+                            overwrite_flag="--overwrite", overwrite=overwrite)
+    members, member_weights = ensemble_of(exports, weights)
+    if max_nodes is not None:
+        members = [with_max_nodes(member, max_nodes) for member in members]
+    predictor = Predictor(members, member_weights)
     if source.is_dir():
-        table = predict_shards(predictor, source, [s for s in args.splits.split(",") if s] if args.splits else None,
-                               args.batch_size, not args.no_progress)
+        table = predict_shards(predictor, source, [s for s in splits.split(",") if s] if splits else None, batch_size, progress)
     else:
         # Every cell as text, as written (ids keep their zeros, "NA" stays "NA"), and every line a
         # row: a blank line is a molecule left empty, and the output's rows stay the input's.
         frame = read_csv(source, dtype=str, na_filter=False, skip_blank_lines=False)
-        require_columns(frame, [args.smiles_column], source)
-        table = predict_table(predictor, frame, args.smiles_column, args.batch_size, not args.no_progress)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with disk_full_is_user_error(out):
-        atomic_write_text(out, csv_text(table))
-    failed = int((table["reason"] != "").sum())
-    print(f"wrote {len(table)} rows to {out}" + (f" ({failed} without a prediction: see the reason column)" if failed else ""))
-    return 0
+        require_columns(frame, [smiles_column], source)
+        table = predict_table(predictor, frame, smiles_column, batch_size, progress)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with disk_full_is_user_error(target):
+        atomic_write_text(target, csv_text(table))
+    return target, table

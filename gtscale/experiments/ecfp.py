@@ -1,5 +1,5 @@
-"""`gtscale baseline ecfp SHARDS --out DIR [--seeds 0 1 2]`: the MoleculeACE paper's strongest
-classical methods on exactly the shards' split, as rows of the sweep tables.
+"""The MoleculeACE paper's strongest classical methods (`gtscale baseline ecfp SHARDS --out DIR
+[--seeds 0 1 2]`) on exactly the shards' split, as rows of the sweep tables.
 
 ECFP4 = RDKit Morgan fingerprints, radius 2, 2,048 bits. SVR with the Tanimoto kernel
 (MoleculeACE's SVM) and a random forest (scikit-learn), scored on the test split: RMSE, MAE and,
@@ -17,7 +17,6 @@ averages) and DIR/export, an export `gtscale predict` reads beside model exports
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
@@ -41,15 +40,6 @@ SELECTION = f"{FOLDS}-fold CV on train+valid, refit on train+valid"
 #: What names an SVR export (model.yaml `name`), and the file of its predictions in the baseline's folder.
 SVR_EXPORT_NAME = "ecfp-svr"
 PREDICTIONS = "svr-{split}.npz"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("shards", help="a MoleculeACE shard folder (gtscale shard moleculeace --dataset …)")
-    parser.add_argument("--out", required=True, help="folder for sweep.json / sweep.md")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (the forest's; default 0 1 2)")
-    parser.add_argument("--models", nargs="+", choices=["svr", "rf"], default=["svr", "rf"])
-    parser.add_argument("--split", default="test", help="split to score (default test)")
-    parser.add_argument("--trees", type=int, default=RF_TREES, help=f"random forest size (default {RF_TREES})")
 
 
 def ecfp(smiles: list[str], max_atoms: int = DEFAULT_MAX_ATOMS) -> np.ndarray:
@@ -157,6 +147,10 @@ def fit_rf(x: dict, y: dict, seed: int, trees: int = RF_TREES):
 
 
 def run_baseline(shards: Path, out: Path, seeds: list[int], models: list[str], split: str = "test", trees: int = RF_TREES) -> list[dict]:
+    """`models` (svr, rf) fitted on the shards' train and valid splits and scored on `split`, one run
+    per seed; the sweep rows, also written to `out` (sweep.json, sweep.md)."""
+    if trees < 1:
+        raise UserError(f"--trees must be >= 1, got {trees}")
     from sklearn.metrics import mean_absolute_error, root_mean_squared_error
 
     from gtscale.experiments import moleculeace
@@ -253,14 +247,3 @@ def read_svr_export(config: dict, state: dict, where: str) -> TanimotoSVR:
     if support.dtype != torch.uint8 or support.ndim != 2 or support.shape[1] * 8 != BITS or coef.shape != (support.shape[0],) or state["intercept"].numel() != 1:
         raise UserError(f"{where}: its support {tuple(support.shape)} and coef {tuple(coef.shape)} do not fit a {BITS}-bit SVR")
     return TanimotoSVR(np.unpackbits(support.numpy(), axis=1), coef.double().numpy(), float(state["intercept"].double()), typed.C)
-
-
-def run(args: argparse.Namespace) -> int:
-    from gtscale.experiments.sweep import TABLE_FILE
-
-    out = Path(args.out)
-    if args.trees < 1:
-        raise UserError(f"--trees must be >= 1, got {args.trees}")
-    run_baseline(Path(args.shards), out, args.seeds, args.models, args.split, args.trees)
-    print((out / TABLE_FILE).read_text(), end="")
-    return 0

@@ -1,4 +1,4 @@
-"""`gtscale baseline kernel SHARDS --backbone EXPORT --out DIR`: the kernel SVR of
+"""`gtscale baseline kernel SHARDS --backbone EXPORT --out DIR` runs this: the kernel SVR of
 experiments/kernel_svr.py (ECFP4 Tanimoto + an RBF kernel on a pretrained export's graph
 representation, the backbone frozen) fitted on a MoleculeACE shard set's train and validation
 molecules, its kernel weight and C chosen by cross-validation over them (ecfp.SELECTION), scored
@@ -11,7 +11,6 @@ its backbone as one export that `gtscale predict` reads.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
@@ -22,13 +21,6 @@ from gtscale.experiments.kernel_svr import KERNEL_EXPORT_NAME, fit_kernel_svr, w
 
 PREDICTIONS = "kernel-{split}.npz"
 LABEL = "ECFP4 + gtscale representation, kernel SVR"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("shards", help="a MoleculeACE shard folder (gtscale shard moleculeace --dataset …)")
-    parser.add_argument("--backbone", required=True, help="a gtscale export folder, or a shipped backbone's name (moses-egt), whose representation the kernel reads")
-    parser.add_argument("--out", required=True, help="folder for sweep.json / sweep.md, the predictions and the export")
-    parser.add_argument("--split", default="test", help="split to score (default test)")
 
 
 def run_kernel_baseline(shards: Path, backbone: Path, out: Path, split: str = "test") -> list[dict]:
@@ -68,14 +60,3 @@ def run_kernel_baseline(shards: Path, backbone: Path, out: Path, split: str = "t
     result = [{"label": LABEL, "shards": str(shards), "backbone": str(backbone), "split": split, "runs": runs, "summary": summarize(runs)}]
     write_sweep(out, result)
     return result
-
-
-def run(args: argparse.Namespace) -> int:
-    from gtscale.experiments.sweep import TABLE_FILE
-
-    from gtscale.models.pretrained import export_path
-
-    out = Path(args.out)
-    run_kernel_baseline(Path(args.shards), export_path(args.backbone), out, args.split)
-    print((out / TABLE_FILE).read_text(), end="")
-    return 0

@@ -1,4 +1,4 @@
-"""`gtscale export RUN_DIR [--tag best|latest|TAG]`: consolidated fp32 weights + the model config.
+"""Consolidated fp32 weights + the model config of a run's checkpoint (`gtscale export RUN_DIR [--tag best|latest|TAG]`).
 
 DeepSpeed's own ZeRO consolidation (`get_fp32_state_dict_from_zero_checkpoint`) gathers the
 partitions. Its torch.load calls run weights-only (safe_load), after every file of the tag has
@@ -8,7 +8,6 @@ export (gtscale.models.export: model.pt of tensors only, model.yaml, export.json
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -17,12 +16,6 @@ from gtscale.errors import UserError
 from gtscale.models.export import claim_export_dir, write_export
 from gtscale.train import checkpoint, safe_load
 from gtscale.train.task_model import AUX_HEADS
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", help="a training run directory")
-    parser.add_argument("--tag", default="best", help="best (default), latest, or a checkpoint tag such as step-00001000")
-    parser.add_argument("--out", default=None, help="output folder (default RUN_DIR/export)")
 
 
 def resolve_tag(run_dir: Path, tag: str) -> str:
@@ -102,12 +95,3 @@ def config_head(config: dict, shard_targets: int | None = None) -> dict:
     head = {**config["model_resolved"].get("head", {"kind": "graph"}), **config["task"]["head"]}
     targets = config.get("num_targets", shard_targets)
     return head | ({"num_outputs": int(targets)} if targets is not None else {})
-
-
-def run(args: argparse.Namespace) -> int:
-    run_dir = Path(args.run_dir)
-    if not (run_dir / "config.yaml").is_file():
-        raise UserError(f"{run_dir}: not a run directory (no config.yaml)")
-    out = export(run_dir, args.tag, Path(args.out) if args.out else run_dir / "export")
-    print(f"wrote {out / 'model.pt'} and {out / 'model.yaml'}")
-    return 0

@@ -11,7 +11,7 @@ import yaml
 from gtscale.cli import main
 from gtscale.experiments import moleculeace
 from gtscale.format.manifest import load_manifest
-from gtscale.train.evaluate_cli import evaluate_run
+from gtscale.train.evaluate import evaluate_run
 
 SET = "CHEMBL2835_Ki"  # 615 molecules, the smallest bundled set
 

@@ -1,4 +1,4 @@
-"""`gtscale evaluate RUN_DIR [--split test] [--tag best]`: score one split with a run's checkpoint.
+"""Score one split with a run's checkpoint (`gtscale evaluate RUN_DIR [--split test] [--tag best]`).
 
 The trainer evaluates only data.eval_split while it trains; this is the separate step that scores
 the best-validation checkpoint (or any tag) on another split afterwards, as the seed sweep does for
@@ -18,7 +18,6 @@ node states live under RUN_DIR/eval while it runs.
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -33,15 +32,6 @@ from gtscale.train.config import RUN_RECORD_KEYS, TrainConfig
 from gtscale.train.data_source import split_loader, task_manifest
 from gtscale.train.task_model import AUX_HEADS, build_task_model, loader_keys
 from gtscale.train.tasks import Task, build_task, predict
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", help="a training run directory")
-    parser.add_argument("--split", default="test", help="split of the run's shards to score (default test)")
-    parser.add_argument("--tag", default="best", help="best (default: the best-validation checkpoint), latest, or a checkpoint tag")
-    parser.add_argument("--inference", choices=("sampled", "full"), default=None,
-                        help="graph stores: score sampled batches, or every node with all its neighbours (default: the run's data.graph.inference)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar (full inference)")
 
 
 def run_config(run_dir: Path) -> TrainConfig:
@@ -133,9 +123,3 @@ def evaluate_run(run_dir: Path, split: str = "test", tag: str = "best", inferenc
     tmp.replace(folder / f"{split}-{tag}.npz")
     atomic_write_text(folder / f"{split}-{tag}.json", json.dumps(result, indent=1))
     return result
-
-
-def run(args: argparse.Namespace) -> int:
-    result = evaluate_run(Path(args.run_dir), args.split, args.tag, args.inference, progress=not args.no_progress)
-    print(f"{args.run_dir} {result['split']} at {result['tag']}: " + " ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items()))
-    return 0
