@@ -1,4 +1,4 @@
-"""The package's imports point one way along the data path (README, "Architecture").
+"""The package's imports point one way along the data path (docs/internals/architecture.md).
 
 Every package and every top-level module of gtscale has a row below: the parts of gtscale it may
 import. format ← prep, format ← loader ← models ← train, graphs beside prep (on format, prep and
