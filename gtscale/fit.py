@@ -4,13 +4,17 @@ and a measured property to a tested model that `gtscale predict` reads, in one c
 1. The molecules are read as the sharder reads a smiles-csv (prep/sources/smiles.py) and split:
    three files are train, valid and test; one file is split by `split` (random 80/10/10, scaffold,
    or a column naming each row's split).
-2. The recipe's members are fitted on train ∪ valid, each with its hyperparameters chosen by 5-fold
-   cross-validation over those molecules (experiments/ecfp.py's SELECTION): `ecfp` = ECFP4 +
-   Tanimoto SVR; `kernel` = the SVR on ECFP4 Tanimoto + an RBF kernel on a pretrained backbone's
-   representation (experiments/kernel_svr.py; `init_from`, by default the shipped moses-egt).
-3. The model is chosen among each member alone and the members' mean by the RMSE of their
-   out-of-fold predictions over train ∪ valid (never test), and written as DIR/export: an ensemble
-   export (members.py) that `gtscale predict DIR/export` reads.
+2. The recipe's members are fitted: `ecfp` = ECFP4 + Tanimoto SVR and `kernel` = the SVR on ECFP4
+   Tanimoto + an RBF kernel on a pretrained backbone's representation (experiments/kernel_svr.py;
+   `init_from`, by default the shipped moses-egt), each on train ∪ valid with its hyperparameters
+   chosen by 5-fold cross-validation over those molecules (experiments/ecfp.py's SELECTION);
+   `finetune` = the backbone fine-tuned by the shipped recipe (configs/tasks/FINETUNE_CONFIG), one
+   run per seed on shards of the table (DIR/shards, reused by a rerun), each at its best-validation
+   checkpoint.
+3. The model is chosen among each member alone and the members' mean, never on test: by the RMSE
+   of the out-of-fold predictions over train ∪ valid when every member is an SVR, else on the valid
+   split (which the fine-tuned seeds did not train on). It is written as DIR/export, an ensemble
+   export (members.py) that `gtscale predict DIR/export` reads; DIR/members/ holds each member's own.
 4. Every member, the chosen model and ECFP + SVR (the baseline) are scored on the test split through
    the prediction path `gtscale predict` takes: DIR/report.json, DIR/report.md (the table and the
    choice), DIR/parity.png and DIR/test-predictions.csv.
@@ -25,6 +29,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -33,7 +38,10 @@ from gtscale.io import atomic_write_text, claim_out_dir
 from gtscale.prep.sources.base import MoleculeTable, scaffold_split
 
 #: recipe → the members it fits (the default: the best arm measured in docs/results/moleculeace-table.md)
-RECIPES: dict[str, tuple[str, ...]] = {"kernel": ("ecfp", "kernel"), "ecfp": ("ecfp",)}
+RECIPES: dict[str, tuple[str, ...]] = {"kernel": ("ecfp", "kernel"), "ecfp": ("ecfp",), "finetune": ("ecfp", "finetune"),
+                                       "all": ("ecfp", "kernel", "finetune")}
+#: The fine-tuning recipe of the finetune member (gtscale/configs/tasks/), from the backbone --init-from names.
+FINETUNE_CONFIG = "moleculeace-egt-finetune.yaml"
 DEFAULT_RECIPE = "kernel"
 DEFAULT_BACKBONE = "moses-egt"
 SPLITS = ("train", "valid", "test")
@@ -118,20 +126,99 @@ def featurize(table: MoleculeTable, backbone, progress: bool) -> Features:
     return Features(rows, bits, z, y, left_out)
 
 
-def fit_members(names: tuple[str, ...], features: Features) -> dict[str, tuple[object, np.ndarray, dict]]:
-    """name → (fitted SVR, out-of-fold predictions over train ∪ valid, its chosen hyperparameters)."""
-    from gtscale.experiments.ecfp import SELECTION, fit_svr
-    from gtscale.experiments.kernel_svr import fit_kernel_svr
+@dataclass
+class FittedMember:
+    """One member of the recipe, fitted: the export folders it writes (folder name → writer) and
+    their weights within it, its predictions for the selection rows, what was chosen for it."""
 
-    fitted = {}
+    name: str
+    writers: dict[str, Callable[[Path], Path]]
+    weights: list[float]
+    selection: np.ndarray  # predictions for the selection rows (Selection.rows)
+    chosen: dict
+
+
+@dataclass
+class Selection:
+    """The rows every candidate is scored on when choosing: table rows and their targets."""
+
+    rows: np.ndarray
+    y: np.ndarray
+    rule: str
+
+
+def svr_members(names: tuple[str, ...], features: Features, selection: Selection, record: dict, saved_backbone) -> list[FittedMember]:
+    """The SVR members, fitted on train ∪ valid, with their out-of-fold predictions at the selection rows."""
+    from gtscale.experiments.ecfp import SELECTION, fit_svr, write_svr_export
+    from gtscale.experiments.kernel_svr import fit_kernel_svr, write_kernel_export
+
+    pooled_rows = np.concatenate([features.rows["train"], features.rows["valid"]])
+    at = at_rows(pooled_rows, selection.rows)
+    fitted = []
     for name in names:
         if name == "ecfp":
             svr = fit_svr(features.bits, features.y, out_of_fold=True)
-            fitted[name] = (svr, svr.cv_predictions, {"C": svr.C, "selection": SELECTION})
-        else:
+            writers = {name: lambda folder, svr=svr: write_svr_export(folder, svr, record)}
+            chosen = {"C": svr.C, "selection": SELECTION, "cv_rmse": svr.cv_rmse}
+        elif name == "kernel":
             svr = fit_kernel_svr(features.bits, features.z, features.y, out_of_fold=True)
-            fitted[name] = (svr, svr.cv_predictions, {"C": svr.C, "weight": svr.weight, "gamma": svr.gamma, "selection": SELECTION})
+            writers = {name: lambda folder, svr=svr: write_kernel_export(folder, svr, saved_backbone, record)}
+            chosen = {"C": svr.C, "weight": svr.weight, "gamma": svr.gamma, "selection": SELECTION, "cv_rmse": svr.cv_rmse}
+        else:
+            continue
+        fitted.append(FittedMember(name, writers, [1.0], svr.cv_predictions[at], chosen))
     return fitted
+
+
+def finetune_member(table: MoleculeTable, out: Path, init_from: str, seeds: list[int], overrides: list[str],
+                    progress: bool) -> tuple[FittedMember, np.ndarray, np.ndarray]:
+    """(the shipped fine-tuning recipe (configs/tasks/FINETUNE_CONFIG) from `init_from`, one run per
+    seed (`gtscale sweep`), each at its best-validation checkpoint; the valid rows it scored; the
+    seeds' mean output there)."""
+    from gtscale.experiments.sweep import ensemble_prediction, read_rows, run_sweep
+    from gtscale.models.pretrained import export_path
+
+    shards = shard_molecules(table, out / "shards", progress)
+    config = Path(__file__).resolve().parent / "configs" / "tasks" / FINETUNE_CONFIG
+    run_overrides = [f"data.shards={shards}", f"run_dir={out / 'finetune'}", f"init_from={export_path(init_from)}", *overrides]
+    base = run_sweep(str(config), run_overrides, seeds, 1, "valid", "finetune")
+    row = read_rows(base)[0]
+    idx, mean, _ = ensemble_prediction(row)
+    writers = {f"finetune-seed-{run['seed']}": lambda folder, source=Path(run["export"]): copy_export(source, folder) for run in row["runs"]}
+    chosen = {"config": FINETUNE_CONFIG, "overrides": overrides, "seeds": seeds, "init_from": str(init_from),
+              "best_valid": [run["best_valid"] for run in row["runs"]], "steps": [int(run["tag"].rsplit("-", 1)[-1]) for run in row["runs"]]}
+    member = FittedMember("finetune", writers, [1.0] * len(writers), np.empty(0), chosen)
+    return member, idx, mean[:, 0]
+
+
+def shard_molecules(table: MoleculeTable, folder: Path, progress: bool) -> Path:
+    """The table's molecules as shards (the sharder's defaults, reused when already written)."""
+    from gtscale.format.manifest import merge_parts
+    from gtscale.prep.molecule_limits import DEFAULT_MAX_ATOMS
+    from gtscale.prep.writer import ShardOptions, shard_table
+
+    shard_table(table, folder, ShardOptions(max_nodes=DEFAULT_MAX_ATOMS), progress=progress)
+    merge_parts(folder)
+    return folder
+
+
+def copy_export(source: Path, folder: Path) -> Path:
+    """A copy of the export folder `source` (gtscale wrote both)."""
+    import shutil
+
+    from gtscale.models.export import FILES
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in FILES:
+        shutil.copyfile(source / name, folder / f".{name}.tmp")
+        (folder / f".{name}.tmp").replace(folder / name)
+    return folder
+
+
+def at_rows(rows: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Positions in `rows` of each of `wanted` (all present)."""
+    order = np.argsort(rows)
+    return order[np.searchsorted(rows, wanted, sorter=order)]
 
 
 def regression_metrics(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, float]:
@@ -154,57 +241,108 @@ def choose(out_of_fold: dict[str, np.ndarray], y: np.ndarray) -> tuple[str, dict
 
 
 def fit(inputs: list[Path], out: Path, smiles_column: str = "smiles", target_column: str = "y", split: str = "random", seed: int = 0,
-        recipe: str = DEFAULT_RECIPE, init_from: str = DEFAULT_BACKBONE, progress: bool = True) -> dict:
+        recipe: str = DEFAULT_RECIPE, init_from: str = DEFAULT_BACKBONE, seeds: tuple[int, ...] = (0, 1, 2),
+        finetune_overrides: tuple[str, ...] = (), progress: bool = True) -> dict:
     """Fit, choose, export and test (module docstring); returns the report written to out/report.json."""
-    from gtscale.experiments.ecfp import write_svr_export
-    from gtscale.experiments.kernel_svr import write_kernel_export
-    from gtscale.members import load_members
     from gtscale.models.export import claim_export_dir
 
     began = time.perf_counter()
     if recipe not in RECIPES:
         raise UserError(f"--recipe: {recipe!r} is not one of {', '.join(RECIPES)}")
     out = claim_out_dir(out, MARKERS, inputs=inputs)
+    for folder in (out / "members", out / "export"):
+        claim_export_dir(folder)  # nested member exports: only ones gtscale wrote are replaced
     out.mkdir(parents=True, exist_ok=True)
     if not (out / REPORT).is_file():  # marks the folder as fit's before anything else is written in it: a rerun may replace it all
         atomic_write_text(out / REPORT, json.dumps({"format": REPORT_FORMAT, "finished": False}))
-    members = RECIPES[recipe]
-    saved_backbone, backbone = load_backbone(init_from) if "kernel" in members else (None, None)
+    names = RECIPES[recipe]
+    saved_backbone, backbone = load_backbone(init_from) if "kernel" in names else (None, None)
     table = read_fit_table(inputs, smiles_column, target_column, split, seed)
     features = featurize(table, backbone, progress)
-    fitted = fit_members(members, features)
-    pooled_y = np.concatenate([features.y["train"], features.y["valid"]])
-    chosen, selection = choose({name: oof for name, (_, oof, _) in fitted.items()}, pooled_y)
     record = {"dataset": table.name, "task": {"type": "graph_regression", "num_targets": 1, "target_names": [target_column]}}
-    for folder in (out / "members", out / "export"):
-        claim_export_dir(folder)  # nested member exports: only ones gtscale wrote are replaced
-    written = {}
-    for name, (svr, _, _) in fitted.items():
-        for folder in [out / "members" / name] + ([out / "export" / name] if chosen in (name, MEAN) else []):
-            written[folder] = (write_svr_export(folder, svr, record) if name == "ecfp"
-                               else write_kernel_export(folder, svr, saved_backbone, record))
-    chosen_members = list(fitted) if chosen == MEAN else [chosen]
-    write_ensemble(out / "export", chosen_members, [1.0] * len(chosen_members))
-    test_smiles = [table.smiles[i] for i in features.rows["test"]]
-    scored = {name: ensemble_outputs(load_members(out / "members" / name), test_smiles) for name in fitted}
-    scored["chosen"] = ensemble_outputs(load_members(out / "export"), test_smiles)
-    y_test = features.y["test"]
-    test = {name: regression_metrics(y_test, pred) for name, pred in scored.items()}
+    fitted = []
+    if "finetune" in names:
+        finetuned, scored_rows, scored = finetune_member(table, out, init_from, list(seeds), list(finetune_overrides), progress)
+        rows = np.intersect1d(features.rows["valid"], scored_rows)
+        selection = Selection(rows, features.y["valid"][at_rows(features.rows["valid"], rows)], "lowest RMSE on the valid split")
+        finetuned.selection = scored[at_rows(scored_rows, rows)]
+        fitted.append(finetuned)
+    else:
+        rows = np.concatenate([features.rows["train"], features.rows["valid"]])
+        selection = Selection(rows, np.concatenate([features.y["train"], features.y["valid"]]),
+                              "lowest RMSE of out-of-fold predictions over train + valid (5 folds)")
+    fitted = svr_members(names, features, selection, record, saved_backbone) + fitted
+    chosen, scores = choose({m.name: m.selection for m in fitted}, selection.y)
+    chosen_members = [m for m in fitted if chosen in (m.name, MEAN)]
+    for member in fitted:
+        write_member(out / "members" / member.name, member)
+    write_ensemble(out / "export", chosen_members)
+    test, test_smiles, y_test, predictions, unread = test_metrics(out, fitted, table, features)
     report = {
         "format": REPORT_FORMAT, "out": str(out), "inputs": [str(p) for p in inputs], "smiles_column": smiles_column, "target": target_column,
-        "split": split if len(inputs) == 1 else "files", "seed": seed, "recipe": recipe,
-        "backbone": str(init_from) if backbone is not None else None,
-        "molecules": {s: int(len(features.rows[s])) for s in SPLITS}, "left_out": features.left_out,
-        "members": {name: {"chosen": chosen_params, "cv_rmse": selection[name]} for name, (_, _, chosen_params) in fitted.items()},
-        "selection": {"rule": "lowest RMSE of out-of-fold predictions over train + valid (5 folds)", "candidates": selection, "chosen": chosen,
-                      "members": chosen_members},
+        "split": split if len(inputs) == 1 else "files", "seed": seed, "recipe": recipe, "backbone": str(init_from),
+        "molecules": {s: int(len(features.rows[s])) for s in SPLITS}, "left_out": features.left_out, "test_unread": unread,
+        "members": {m.name: m.chosen for m in fitted},
+        "selection": {"rule": selection.rule, "rows": int(len(selection.rows)), "candidates": scores, "chosen": chosen,
+                      "members": [m.name for m in chosen_members]},
         "test": test, "baseline": "ecfp", "seconds": round(time.perf_counter() - began, 1),
     }
-    write_test_predictions(out / TEST_PREDICTIONS, test_smiles, y_test, scored)
-    parity_plot(out / PARITY, y_test, scored["chosen"], f"{target_column}: test, {'+'.join(chosen_members)}")
+    write_test_predictions(out / TEST_PREDICTIONS, test_smiles, y_test, predictions)
+    parity_plot(out / PARITY, y_test, predictions["chosen"], f"{target_column}: test, {'+'.join(m.name for m in chosen_members)}")
     atomic_write_text(out / REPORT_MD, report_markdown(report))
     atomic_write_text(out / REPORT, json.dumps(report, indent=1))
     return report
+
+
+def write_member(folder: Path, member: FittedMember) -> None:
+    """A member's own export: the folder itself for one part, an ensemble export of its parts otherwise."""
+    if len(member.writers) == 1:
+        next(iter(member.writers.values()))(folder)
+        return
+    for name, write in member.writers.items():
+        write(folder / name)
+    write_ensemble_record(folder, list(member.writers), member.weights)
+
+
+def write_ensemble(folder: Path, members: list[FittedMember]) -> None:
+    """DIR/export: the chosen members' export folders side by side, equal shares per member."""
+    import shutil
+
+    from gtscale.models.export import EXPORT_MARKERS
+
+    names, weights = [], []
+    for member in members:
+        total = sum(member.weights)
+        for (name, write), weight in zip(member.writers.items(), member.weights):
+            write(folder / name)
+            names.append(name)
+            weights.append(weight / total / len(members))
+    for stale in folder.iterdir():  # members of an earlier fit's choice (export folders gtscale wrote)
+        if stale.is_dir() and stale.name not in names and any((stale / marker).is_file() for marker in EXPORT_MARKERS):
+            shutil.rmtree(stale)
+    write_ensemble_record(folder, names, weights)
+
+
+def test_metrics(out: Path, fitted: list[FittedMember], table: MoleculeTable, features: Features):
+    """(metrics of each member, the chosen model and, as `baseline`, ECFP + SVR on the test molecules
+    every one of them reads; those molecules' SMILES, targets and predictions; how many were unread),
+    each model predicting through predict's own path from its export."""
+    from gtscale.experiments.ensemble import ensemble
+    from gtscale.members import load_members
+    from gtscale.predict import Predictor
+
+    smiles = [table.smiles[i] for i in features.rows["test"]]
+    folders = {m.name: out / "members" / m.name for m in fitted} | {"chosen": out / "export"}
+    values, readable = {}, np.ones(len(smiles), bool)
+    for name, folder in folders.items():
+        members, weights = load_members(folder)
+        outputs, reasons = Predictor(members, weights).smiles(smiles, batch_size=64)
+        values[name] = ensemble(outputs, weights)[0][:, 0]
+        readable &= np.array([not why for why in reasons], bool)
+    y = features.y["test"][readable]
+    predictions = {name: v[readable] for name, v in values.items()}
+    test = {name: regression_metrics(y, pred) for name, pred in predictions.items()}
+    return test, [s for s, ok in zip(smiles, readable) if ok], y, predictions, int((~readable).sum())
 
 
 def load_backbone(init_from: str):
@@ -222,25 +360,12 @@ def load_backbone(init_from: str):
     return saved, load_model_export(saved.folder, saved.config, saved.state, saved.meta)
 
 
-def write_ensemble(folder: Path, names: list[str], weights: list[float]) -> None:
-    """DIR/export/ensemble.json: the member folders beside it and their weights (members.load_members)."""
+def write_ensemble_record(folder: Path, names: list[str], weights: list[float]) -> None:
+    """ensemble.json: the member folders beside it and their weights (members.load_members)."""
     from gtscale.models.export import ENSEMBLE_FILE, ENSEMBLE_FORMAT
 
+    folder.mkdir(parents=True, exist_ok=True)
     atomic_write_text(folder / ENSEMBLE_FILE, json.dumps({"format": ENSEMBLE_FORMAT, "members": names, "weights": weights}, indent=1))
-
-
-def ensemble_outputs(loaded, smiles: list[str]) -> np.ndarray:
-    """float64 [n] ensemble mean of (members, weights) for the test molecules: predict's own path."""
-    from gtscale.predict import Predictor
-
-    members, weights = loaded
-    values, reasons = Predictor(members, weights).smiles(smiles, batch_size=64)
-    bad = next((i for i, why in enumerate(reasons) if why), None)
-    if bad is not None:  # featurize kept only molecules every member reads
-        raise RuntimeError(f"test molecule {smiles[bad]!r} was read when fitting but not when predicting ({reasons[bad]})")
-    from gtscale.experiments.ensemble import ensemble
-
-    return ensemble(values, weights)[0][:, 0]
 
 
 def write_test_predictions(path: Path, smiles: list[str], y: np.ndarray, scored: dict[str, np.ndarray]) -> None:
@@ -271,7 +396,8 @@ def parity_plot(path: Path, y: np.ndarray, pred: np.ndarray, title: str) -> None
     tmp.replace(path)
 
 
-LABELS = {"ecfp": "ECFP4 + SVR (baseline)", "kernel": "ECFP4 + backbone kernel SVR", "chosen": "chosen model (export/)"}
+LABELS = {"ecfp": "ECFP4 + SVR (baseline)", "kernel": "ECFP4 + backbone kernel SVR", "finetune": "fine-tuned backbone (mean of seeds)",
+          "chosen": "chosen model (export/)"}
 
 
 def report_markdown(report: dict) -> str:

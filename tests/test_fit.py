@@ -121,3 +121,22 @@ def test_a_folder_fit_did_not_write_is_refused(molecules_csv, tmp_path):
     with pytest.raises(UserError, match="holds files gtscale did not write"):
         fit([molecules_csv], tmp_path, recipe="ecfp", progress=False)
     assert (tmp_path / "mine.txt").read_text() == "keep me"
+
+
+@pytest.mark.slow
+def test_the_finetune_recipe_adds_fine_tuned_seeds_chosen_on_the_valid_split(molecules_csv, tmp_path):
+    """Two fine-tuned seeds (a few steps) join ECFP + SVR; the choice is made on the valid split,
+    and the export predicts the test molecules as the report says."""
+    from gtscale.members import load_members
+
+    steps = ["schedule.total_steps=6", "schedule.warmup_steps=1", "eval.every=3", "eval.patience=0", "checkpoint.every=3",
+             "data.loader.batch_size=16", "logging.progress=false"]
+    report = fit([molecules_csv], tmp_path / "ft", recipe="finetune", seeds=(0, 1), finetune_overrides=steps, progress=False)
+    assert set(report["test"]) == {"ecfp", "finetune", "chosen"}
+    assert report["selection"]["rule"] == "lowest RMSE on the valid split"
+    assert report["selection"]["rows"] == report["molecules"]["valid"]
+    assert report["members"]["finetune"]["seeds"] == [0, 1]
+    members, weights = load_members(tmp_path / "ft" / "members" / "finetune")
+    assert len(members) == 2 and weights == pytest.approx([0.5, 0.5])
+    chosen, _ = load_members(tmp_path / "ft" / "export")
+    assert len(chosen) == {"ecfp": 1, "finetune": 2, "mean": 3}[report["selection"]["chosen"]]

@@ -24,13 +24,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         + f" (default {DEFAULT_RECIPE})")
     parser.add_argument("--init-from", default=DEFAULT_BACKBONE,
                         help=f"the backbone whose representation the kernel member reads: an export folder or a shipped name (default {DEFAULT_BACKBONE})")
-    parser.add_argument("--no-progress", action="store_true", help="no per-split counts")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="fine-tuned member: one run per seed (default 0 1 2)")
+    parser.add_argument("--finetune-overrides", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="fine-tuned member: dotted overrides of its training config, e.g. schedule.total_steps=3000")
+    parser.add_argument("--no-progress", action="store_true", help="no progress output")
 
 
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     report = fit([Path(p) for p in args.inputs], out, smiles_column=args.smiles_column, target_column=args.target_column,
-                 split=args.split, seed=args.seed, recipe=args.recipe, init_from=args.init_from, progress=not args.no_progress)
+                 split=args.split, seed=args.seed, recipe=args.recipe, init_from=args.init_from, seeds=tuple(args.seeds),
+                 finetune_overrides=tuple(args.finetune_overrides), progress=not args.no_progress)
     print((out / "report.md").read_text(), end="")
     print(f"wrote {out / 'export'} (gtscale predict reads it) and {out / 'report.json'} in {report['seconds']} s")
     return 0

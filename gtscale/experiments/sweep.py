@@ -113,7 +113,7 @@ def seed_metrics(run_dir: Path, seed: int, split: str) -> dict:
     saved = np.load(run_dir / "eval" / f"{split}-{result['tag']}.npz")
     metrics = with_cliff_rmse(dict(result["metrics"]), run_config(run_dir).data.shards, saved["idx"], saved["y_pred"], saved["y_true"])
     best = json.loads((run_dir / "best.json").read_text()) if (run_dir / "best.json").is_file() else {}
-    return {"seed": seed, "run_dir": str(run_dir), "tag": result["tag"], "best_valid": best.get("value"), "metrics": metrics}
+    return {"seed": seed, "run_dir": str(run_dir), "tag": result["tag"], "export": result["export"], "best_valid": best.get("value"), "metrics": metrics}
 
 
 def run_sweep(config: str, overrides: list[str], seeds: list[int], nproc: int = 1, split: str = "test", label: str | None = None, collect: bool = False) -> Path:

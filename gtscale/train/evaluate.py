@@ -107,7 +107,7 @@ def evaluate_run(run_dir: Path, split: str = "test", tag: str = "best", inferenc
         def rows(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             return predict_split(model, task, cfg, manifest, name, keys, path_dist)
     idx, y_pred, y_true = rows(split)
-    result = {"split": split, "tag": tag, "step": int(tag.rsplit("-", 1)[-1]), "samples": int(len(idx))}
+    result = {"split": split, "tag": tag, "step": int(tag.rsplit("-", 1)[-1]), "samples": int(len(idx)), "export": str(out)}
     if graph is not None:
         result["inference"] = inference
     # Node tasks: Macro-F1 at the threshold chosen on the validation split, scored with the same model.
