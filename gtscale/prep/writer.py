@@ -259,4 +259,5 @@ def shard_table(
     return driver.run_tasks(
         tasks, partial(molecule_records, options=options), out_dir, run_fingerprint, workers, part, num_parts, progress,
         desc=f"shard {table.name}" + (f" part {part}/{num_parts}" if num_parts > 1 else ""), unit="mol",
+        warm_up=partial(structure.warm_up, options.structure),
     )
