@@ -21,7 +21,8 @@ DIR/<set>/<arm>/ as a sweep folder (sweep.json, sweep.md; `gtscale sweep --compa
 - ensemble: the mean prediction of the seeds of --ensemble-of (default: the last trained arm);
 - blend: the mean of that ensemble's prediction and ECFP + SVR's, equal weights fixed beforehand
   (nothing is tuned on test, nor on validation); with 3 seeds, `gtscale predict SEED0 SEED1 SEED2
-  SVR --weights 1 1 1 3` on the seeds' exports and the SVR's (DIR/<set>/ecfp/export) gives it.
+  SVR --weights 1 1 1 3` on the seeds' exports (DIR/<set>/<arm>/seed-S/export) and the SVR's
+  (DIR/<set>/ecfp/export) gives it.
 
 A cell is RMSE / cliff RMSE on the test split (mean over seeds); the last rows are the mean over
 sets, the benchmark's headline, and each arm's mean RMSE over ECFP + SVR's. Writes DIR/table.md

@@ -7,8 +7,9 @@ Each seed trains as `gtscale train CONFIG … seed=S data.loader.seed=S run_dir=
 --resume auto` (a subprocess: one process, or `--nproc N` through torchrun; the loader seed only
 when the overrides do not fix it), one after another, so a sweep that was interrupted continues
 where it stopped. Then `gtscale evaluate` (train/evaluate.py) scores each run's
-best-validation checkpoint on the test split; for MoleculeACE shards the activity-cliff RMSE is
-added. <run_dir>/sweep.json holds every run's metrics and their mean ± sample std (ddof 1),
+best-validation checkpoint on the test split, exported as `gtscale export` does to
+<run_dir>/seed-S/export (what `gtscale predict` reads); for MoleculeACE shards the activity-cliff
+RMSE is added. <run_dir>/sweep.json holds every run's metrics and their mean ± sample std (ddof 1),
 <run_dir>/sweep.md the same as a Markdown table; with several seeds a second row scores their
 ensemble (the mean prediction, experiments/ensemble.py) on the same split (graph tasks). `--collect`
 skips training (after the runs were trained elsewhere, e.g. as the SLURM array of
@@ -106,10 +107,11 @@ def with_cliff_rmse(metrics: dict, shards: str | None, idx: np.ndarray, y_pred: 
 
 
 def seed_metrics(run_dir: Path, seed: int, split: str) -> dict:
-    """Test metrics of one run at its best-validation checkpoint (+ cliff RMSE on MoleculeACE)."""
+    """Test metrics of one run at its best-validation checkpoint (+ cliff RMSE on MoleculeACE),
+    whose export it leaves where `gtscale export` puts it (RUN_DIR/export: what predict reads)."""
     from gtscale.train.evaluate import evaluate_run, run_config
 
-    result = evaluate_run(run_dir, split, "best")
+    result = evaluate_run(run_dir, split, "best", export_to=run_dir / "export")
     saved = np.load(run_dir / "eval" / f"{split}-{result['tag']}.npz")
     metrics = with_cliff_rmse(dict(result["metrics"]), run_config(run_dir).data.shards, saved["idx"], saved["y_pred"], saved["y_true"])
     best = json.loads((run_dir / "best.json").read_text()) if (run_dir / "best.json").is_file() else {}

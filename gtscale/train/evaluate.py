@@ -67,9 +67,11 @@ def full_graph_split(logits: np.ndarray, store, nodes: np.ndarray) -> tuple[np.n
     return idx, logits[idx, None], y_true[:, None]
 
 
-def evaluate_run(run_dir: Path, split: str = "test", tag: str = "best", inference: str | None = None, progress: bool = False) -> dict:
+def evaluate_run(run_dir: Path, split: str = "test", tag: str = "best", inference: str | None = None, progress: bool = False,
+                 export_to: Path | None = None) -> dict:
     """Metrics of `split` under checkpoint `tag`; also written to RUN_DIR/eval/. `inference`
-    (graph stores): sampled or full, default the run's data.graph.inference."""
+    (graph stores): sampled or full, default the run's data.graph.inference. The checkpoint's
+    export, which the model is loaded from, goes to `export_to` (default RUN_DIR/export/<tag>)."""
     from gtscale.train.export import export, resolve_tag
 
     cfg = run_config(run_dir)
@@ -81,7 +83,7 @@ def evaluate_run(run_dir: Path, split: str = "test", tag: str = "best", inferenc
     if split not in manifest["splits"]:
         raise UserError(f"--split: {split!r} is not a split of {manifest['_dir']} (has {', '.join(manifest['splits'])})")
     tag = resolve_tag(run_dir, tag)
-    out = export(run_dir, tag, run_dir / "export" / tag)
+    out = export(run_dir, tag, export_to or run_dir / "export" / tag)
     task = build_task(cfg, manifest)
     model, model_cfg = build_task_model(cfg, int(manifest["task"]["num_targets"]), manifest)
     missing, unexpected = model.load_state_dict(read_weights(out / MODEL_FILE), strict=False)

@@ -68,15 +68,15 @@ def test_table_of_ecfp_and_a_trained_arm_with_its_ensemble_and_blend(tmp_path, c
     assert cells["blend"]["rmse"]["mean"] == pytest.approx(expected_rmse, rel=1e-9)
     assert table["mean"]["blend"]["sets"] == 1 and "cliff_rmse" in cells["blend"]
 
-    # ... which `gtscale predict` gives from the seeds' best exports and the SVR's, weighted 1 1 2
+    # ... which `gtscale predict` gives from the seeds' best exports (where the sweep leaves them,
+    # seed-S/export, as `gtscale export` would) and the SVR's, weighted 1 1 2
     shards = out / "shards" / SET
     source = moleculeace.source_table(shards)
     csv = tmp_path / "test.csv"
     pd.DataFrame({"smiles": [source.smiles[i] for i in idx.tolist()]}).to_csv(csv, index=False)
-    exports = []
-    for seed in (0, 1):
-        assert main(["export", str(out / SET / "scratch" / f"seed-{seed}"), "--out", str(tmp_path / f"export-{seed}")]) == 0
-        exports.append(str(tmp_path / f"export-{seed}"))
+    exports = [str(out / SET / "scratch" / f"seed-{seed}" / "export") for seed in (0, 1)]
+    for seed, export in zip((0, 1), exports):
+        assert json.loads((Path(export) / "export.json").read_text())["tag"] == seeds_row["runs"][seed]["tag"]
     assert main(["predict", *exports, str(out / SET / "ecfp" / "export"), "--weights", "1", "1", "2", "--input", str(csv),
                  "--out", str(tmp_path / "blend.csv"), "--no-progress"]) == 0
     predicted = pd.read_csv(tmp_path / "blend.csv")
