@@ -69,7 +69,8 @@ def plan_tasks(table: MoleculeTable, shard_size: int, keys: list[str | None] | N
     return driver.plan_tasks(table.splits, shard_size, task)
 
 
-#: The modules whose code decides the values in a record (SCHEMA_VERSION covers the layout).
+#: The modules whose code decides the values in a record (SCHEMA_VERSION covers the layout);
+#: code_version adds featurize_rows, which assembles a record from them (its meta included).
 RECORD_CODE = (featurize, structure, floyd_warshall, graph_features)
 
 
@@ -81,8 +82,8 @@ def code_version() -> str:
     comments or blank lines, so editing a comment does not redo a dataset's shards; tokens, unlike
     ast.dump, read the same on every Python version, so parts on different machines agree."""
     digest = hashlib.sha256(f"rdkit {rdkit.__version__}".encode())
-    for module in RECORD_CODE:
-        source = inspect.getsource(module)
+    for code in (*RECORD_CODE, featurize_rows):
+        source = inspect.getsource(code)
         for token in tokenize.generate_tokens(io.StringIO(source).readline):
             if token.type not in (tokenize.COMMENT, tokenize.NL):
                 digest.update(f"{token.type}:{token.string}\n".encode())
@@ -139,7 +140,7 @@ def featurize_rows(smiles: list[str], idx: np.ndarray, targets: np.ndarray, name
         if options.graph_features is not None:
             graph[schema.GRAPH_FEAT] = graph_features.compute(parse_smiles(smi), options.graph_features)
         graph[schema.Y] = np.asarray(y, dtype=np.float32)
-        graph[schema.META] = {"idx": int(i), "num_nodes": n, "num_edges": int(graph[schema.EDGE_INDEX].shape[1])}
+        graph[schema.META] = {"idx": int(i), "num_nodes": n, "num_edges": int(graph[schema.EDGE_INDEX].shape[1]), schema.META_SMILES: smi}
         if name is not None:
             graph[schema.META]["name"] = name
         graphs.append(graph)

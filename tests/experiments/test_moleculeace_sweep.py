@@ -88,13 +88,6 @@ def test_sweep_scores_each_seed_best_checkpoint_on_test_and_compares_with_ecfp(a
     assert [line.split(" |")[0] for line in table[2:]] == ["| egt", "| egt, ensemble of 2", "| ECFP4 + SVR", "| ECFP4 + RF"]
 
 
-def test_baseline_refuses_shards_that_are_not_moleculeace(tmp_path, capsys):
-    shards = tmp_path / "tpsa"
-    assert main(["shard", "nci-tpsa", "--out", str(shards), "--shard-size", "5000", "--no-progress", "--lap-k", "0"]) == 0
-    assert main(["baseline", "ecfp", str(shards), "--out", str(tmp_path / "o")]) == 2
-    assert "is not a MoleculeACE set" in capsys.readouterr().err and not (tmp_path / "o").exists()
-
-
 def test_evaluate_refuses_a_folder_that_is_no_run(tmp_path, capsys):
     assert main(["evaluate", str(tmp_path), "--split", "test"]) == 2
     assert "not a run directory (no config.yaml)" in capsys.readouterr().err
