@@ -123,12 +123,30 @@ def device() -> str:
 def graph_representation(export: LoadedExport, smiles: list[str], batch_size: int = 64) -> tuple[np.ndarray, list[str]]:
     """(float32 [n, d] pooled graph representation of each molecule: what the export's backbone
     hands its task head, NaN where a molecule was rejected; reason per molecule, "" if none),
-    featurised as the export's shards were. The input of `gtscale baseline kernel`'s SVR."""
+    featurised as the export's shards were. The input of `gtscale baseline kernel`'s SVR and what
+    `gtscale fingerprint` writes."""
     records, rows, reasons = molecule_records(smiles, export.options)
     out = np.full((len(smiles), export.model.backbone.graph_dim), np.nan, np.float32)
     for batch in molecule_batches(records, export.keys, export.path_dist, batch_size):
-        out[batch.idx.numpy()] = export.model.backbone(batch.to(device())).graph.float().cpu().numpy()
+        out[batch.idx.numpy()] = batch_representation(export, batch)
     return out, reasons
+
+
+@torch.no_grad()
+def batch_representation(export: LoadedExport, batch: Batch) -> np.ndarray:
+    """float32 [n, d]: the pooled graph representation of each graph of a collated batch."""
+    return export.model.backbone(batch.to(device())).graph.float().cpu().numpy()
+
+
+def shard_batches(export: LoadedExport, manifest: dict, split: str, batch_size: int) -> Iterable[Batch]:
+    """The loader's batches of `batch_size` graphs of a shard folder's `split`, read as evaluation
+    reads them (the export's keys, no bucketing, no shuffling)."""
+    from gtscale.loader.config import LoaderConfig
+    from gtscale.loader.stream import build_loader
+
+    config = LoaderConfig(batching="graphs", batch_size=batch_size, bucketing=False, num_workers=0, keys=export.keys,
+                          path_edges_max_dist=export.path_dist)
+    return build_loader(manifest, split, config, train=False, rank=0, world_size=1)
 
 
 #: Padded node pairs per molecule of a batch (B × N_max² ≤ batch_size × this): what attention and

@@ -36,7 +36,7 @@ from tqdm import tqdm
 
 from gtscale.errors import UserError
 from gtscale.experiments.ensemble import ensemble, ensemble_weights
-from gtscale.inference import LoadedExport, Molecules
+from gtscale.inference import LoadedExport, Molecules, shard_batches
 from gtscale.io import atomic_write_text, claim_out_file, disk_full_is_user_error, read_first_line
 from gtscale.members import Member, check_same_task, load_members, with_max_nodes
 from gtscale.prep.sources.base import read_csv, require_columns, text_column
@@ -115,22 +115,12 @@ def predict_shards(predictor: Predictor, folder: Path, splits: list[str] | None,
     """split, idx, prediction and reason columns of every record of `splits` (default: every split
     with records) of a shard folder."""
     from gtscale.format.manifest import load_manifest
-    from gtscale.loader.config import LoaderConfig
-    from gtscale.loader.stream import build_loader
 
     manifest = load_manifest(folder)
-    unknown = [s for s in splits or [] if s not in manifest["splits"]]
-    if unknown:
-        raise UserError(f"--splits: {unknown[0]!r} is not a split of {folder} (has {', '.join(manifest['splits'])})")
-    splits = splits or [s for s in manifest["splits"] if manifest["splits"][s].get("samples")]  # all: those with records
-    for split in splits:
-        if not manifest["splits"][split].get("samples"):
-            raise UserError(f"--splits: split {split!r} of {folder} has no records")
-    if not splits:
-        raise UserError(f"{folder}: no split holds a record")
+    splits = shard_splits(manifest, folder, splits)
     for export in predictor.members:
         if not isinstance(export, LoadedExport):
-            raise UserError(f"{export.path}: an SVR export (ECFP + SVR, or the kernel SVR) reads SMILES, which shards do not keep: predict from a CSV of SMILES instead")
+            raise UserError(f"{export.path}: an SVR export (ECFP + SVR, or the kernel SVR) reads SMILES: predict from a CSV of SMILES instead")
         made = manifest.get("features", {}).get("graph")
         wanted = export.options.graph_features.manifest() if export.options.graph_features else None
         if wanted and made != wanted:
@@ -142,9 +132,7 @@ def predict_shards(predictor: Predictor, folder: Path, splits: list[str] | None,
         for split in splits:
             idx, members = None, []
             for export in predictor.members:
-                config = LoaderConfig(batching="graphs", batch_size=batch_size, bucketing=False, num_workers=0, keys=export.keys,
-                                      path_edges_max_dist=export.path_dist)
-                batches = build_loader(manifest, split, config, train=False, rank=0, world_size=1)
+                batches = shard_batches(export, manifest, split, batch_size)
                 if export is predictor.members[0]:
                     batches = counted(batches, bar)
                 idx, values = export.predict_batches(batches)
@@ -156,11 +144,35 @@ def predict_shards(predictor: Predictor, folder: Path, splits: list[str] | None,
     return pd.concat(frames, ignore_index=True)
 
 
+def shard_splits(manifest: dict, folder: Path, splits: list[str] | None) -> list[str]:
+    """The splits of a shard folder to read: `splits` (--splits), each holding records, else every
+    split that holds any."""
+    unknown = [s for s in splits or [] if s not in manifest["splits"]]
+    if unknown:
+        raise UserError(f"--splits: {unknown[0]!r} is not a split of {folder} (has {', '.join(manifest['splits'])})")
+    splits = splits or [s for s in manifest["splits"] if manifest["splits"][s].get("samples")]  # all: those with records
+    for split in splits:
+        if not manifest["splits"][split].get("samples"):
+            raise UserError(f"--splits: split {split!r} of {folder} has no records")
+    if not splits:
+        raise UserError(f"{folder}: no split holds a record")
+    return splits
+
+
 def counted(batches, bar: tqdm):
     """The batches, each counted on the progress bar as it passes."""
     for batch in batches:
         bar.update(batch.num_graphs)
         yield batch
+
+
+def read_molecule_csv(source: Path, smiles_column: str) -> pd.DataFrame:
+    """A user's CSV of molecules, every cell as text, as written (ids keep their zeros, "NA" stays
+    "NA"), and every line a row: a blank line is a molecule left empty, so that the output's rows
+    stay the input's; a UserError naming the file when it lacks `smiles_column`."""
+    frame = read_csv(source, dtype=str, na_filter=False, skip_blank_lines=False)
+    require_columns(frame, [smiles_column], source)
+    return frame
 
 
 def written_by_predict(header: list[str]) -> bool:
@@ -203,10 +215,7 @@ def predict(exports: list[str], input: str, out: str, *, smiles_column: str = "s
     if source.is_dir():
         table = predict_shards(predictor, source, [s for s in splits.split(",") if s] if splits else None, batch_size, progress)
     else:
-        # Every cell as text, as written (ids keep their zeros, "NA" stays "NA"), and every line a
-        # row: a blank line is a molecule left empty, and the output's rows stay the input's.
-        frame = read_csv(source, dtype=str, na_filter=False, skip_blank_lines=False)
-        require_columns(frame, [smiles_column], source)
+        frame = read_molecule_csv(source, smiles_column)
         table = predict_table(predictor, frame, smiles_column, batch_size, progress)
     target.parent.mkdir(parents=True, exist_ok=True)
     with disk_full_is_user_error(target):

@@ -334,6 +334,20 @@ def predict_on(write: Callable[[Path, Inputs], Path], *extra: str, members: int 
     return prepare
 
 
+def fingerprint_on(write: Callable[[Path, Inputs], Path], out: str = "out.npy", *extra: str):
+    """`gtscale fingerprint` of the shared export on the input that write(tmp, inputs) makes, into tmp/out."""
+    def prepare(tmp: Path, inputs: Inputs):
+        return ["fingerprint", str(inputs.export), "--input", str(write(tmp, inputs)), "--out", str(tmp / out), "--no-progress", *extra], tmp
+    return prepare
+
+
+def users_npy_at_out(tmp: Path, inputs: Inputs) -> Path:
+    import numpy as np
+
+    np.save(tmp / "out.npy", np.arange(3.0))
+    return text_file("mols.csv", "smiles\nCCO\n")(tmp, inputs)
+
+
 def text_file(name: str, text: str) -> Callable[[Path, Inputs], Path]:
     def write(tmp: Path, inputs: Inputs) -> Path:
         (tmp / name).write_text(text)
@@ -535,6 +549,11 @@ CASES = [
     Case("predict-zip-of-two-files", predict_on(packed_file("mols.csv.zip", members=2)), "mols.csv.zip: a .zip of 2 files"),
     Case("predict-xz-cut-short", predict_on(packed_file("mols.csv.xz", cut=9)), "mols.csv.xz: not a readable CSV"),
     Case("predict-zst-without-zstandard", predict_on(packed_file("mols.csv.zst")), "mols.csv.zst: reading .zst needs the zstandard module"),
+    # gtscale fingerprint
+    Case("fingerprint-out-is-a-users-npy", fingerprint_on(users_npy_at_out), "--out would replace a file gtscale did not write"),
+    Case("fingerprint-out-is-the-input", fingerprint_on(input_named_out, "out.csv", "--overwrite"), "--out is the input"),
+    Case("fingerprint-huge-smiles", fingerprint_on(text_file("mols.csv", f"smiles\nCCO\n{HUGE_SMILES}\n{'C' * 600}\n")),
+         "(2 without a representation", code=0, changes=("out.npy",)),
     # output folders gtscale did not write, or inside the input
     Case("shard-out-holds-foreign-manifest", out_holding("manifest.json"), "holds files gtscale did not write (manifest.json;"),
     Case("shard-out-holds-file-named-like-a-shard", out_holding("train/train-000099.tar"), "holds files gtscale did not write (train;"),

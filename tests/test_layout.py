@@ -4,7 +4,7 @@ Every package and every top-level module of gtscale has a row below: the parts o
 import. format ← prep, format ← loader ← models ← train, graphs beside prep (on format, prep and
 loader; train samples node tasks from it); interop on models and format; inference on the data
 path; experiments on train, prep and inference; members (an ensemble's members, read from exports) on
-inference and experiments; predict on members; fit on predict; bench and
+inference and experiments; predict on members; fit and fingerprint on predict; bench and
 cli on top of all of them, cli above bench (it dispatches to the benchmarks). A module without a
 row, or an import its row does not allow, fails the test, naming the file and the import.
 
@@ -52,10 +52,11 @@ ALLOWED = {
     "members": SHARED | {"format", "prep", "models", "train", "inference", "experiments"},
     "predict": SHARED | {"format", "prep", "loader", "models", "train", "inference", "experiments", "members"},
     "fit": SHARED | {"format", "prep", "models", "train", "inference", "experiments", "members", "predict"},
+    "fingerprint": SHARED | {"format", "prep", "loader", "models", "train", "inference", "experiments", "members", "predict"},
     "bench": SHARED | {"allocator", "format", "prep", "loader", "graphs", "models", "train", "interop", "inference",
-                       "experiments", "members", "predict", "fit"},
+                       "experiments", "members", "predict", "fit", "fingerprint"},
     "cli": SHARED | {"allocator", "format", "prep", "loader", "graphs", "models", "train", "interop", "inference",
-                     "experiments", "members", "predict", "fit", "bench"},
+                     "experiments", "members", "predict", "fit", "fingerprint", "bench"},
 }
 
 

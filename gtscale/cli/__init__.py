@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "evaluate": ("gtscale.cli.evaluate", "score a split (default test) with a run's best-validation checkpoint"),
     "fit": ("gtscale.cli.fit", "a CSV of molecules and a property → members fitted, the best chosen on train + valid, tested, exported for predict"),
     "predict": ("gtscale.cli.predict", "predictions of one export (or an ensemble's mean and std) for a CSV of SMILES or a shard folder"),
+    "fingerprint": ("gtscale.cli.fingerprint", "an export's pooled graph representation of each molecule of a CSV or a shard folder, to .npy or .csv"),
     "sweep": ("gtscale.cli.sweep", "one run per seed, test metrics at the best checkpoint as mean ± std; --compare sweeps in one table"),
     "moleculeace-table": ("gtscale.cli.moleculeace_table", "ECFP + SVR and gtscale arms over MoleculeACE sets: per-set RMSE / cliff RMSE and their mean, one table"),
     "import-checkpoint": ("gtscale.cli.import_checkpoint", "an authors' Graphormer (fairseq) or EGT checkpoint → a gtscale export"),
@@ -37,8 +38,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 #: `gtscale <command> <name>` handled by another module than <command>'s own → (module, help)
 SUBCOMMANDS: dict[tuple[str, str], tuple[str, str]] = {
-    ("baseline", "ecfp"): ("gtscale.cli.baseline_ecfp", "ECFP (Morgan r=2, 2048 bits) + SVR / RF on a MoleculeACE shard set's split, as a sweep row"),
-    ("baseline", "kernel"): ("gtscale.cli.baseline_kernel", "SVR on ECFP4 Tanimoto + an RBF kernel on a pretrained export's representation, as a sweep row"),
+    ("baseline", "ecfp"): ("gtscale.cli.baseline_ecfp", "ECFP (Morgan r=2, 2048 bits) + SVR / RF (SVC on 0/1 targets) on a shard folder's split, as a sweep row"),
+    ("baseline", "kernel"): ("gtscale.cli.baseline_kernel", "SVR (SVC) on ECFP4 Tanimoto + an RBF kernel on a pretrained export's representation, as a sweep row"),
     ("shard", "graph-ego"): ("gtscale.cli.shard_graph_ego", "ego-subgraph shards of each split's target nodes of a graph store"),
     ("graph", "predict"): ("gtscale.cli.graph_predict", "an anomaly score for every node of a graph store, each with all its neighbours"),
 }
