@@ -2,15 +2,18 @@
 group starts, so that a mismatch is one line naming the key (exit status 2) rather than a failure
 on every rank.
 
-`config.py` checks a TrainConfig on its own (types, ranges); this module checks it against what it
-names: the shards' manifest (or the graph store's), the model built from the model config (on the
-meta device) and the task (evaluator ↔ task type and target count, metric ↔ evaluator, loss ↔
-metric, node-task anomaly weight). `load_train_config` is both, the entry point of every command
+`config.py` checks each field on its own (types, the ranges declared on the fields); this module
+checks what involves several fields (`check_cross_fields`: the schedule's steps, min_lr against
+optimizer.lr, compile against ZeRO and the loader), and the config against what it names: the
+shards' manifest (or the graph store's), the model built from the model config (on the meta
+device) and the task (evaluator ↔ task type and target count, metric ↔ evaluator, loss ↔ metric,
+node-task anomaly weight). `load_train_config` is all of them, the entry point of every command
 that starts or plans a run.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from gtscale.errors import UserError
@@ -29,9 +32,27 @@ NODE_EVALUATOR = "node-anomaly"
 
 
 def load_train_config(path: str | Path, overrides: list[str]) -> TrainConfig:
-    """Config file + dotted overrides → TrainConfig, checked on its own (config.read_train_config)
-    and against its data and model (`check_run`)."""
-    return check_run(read_train_config(path, overrides))
+    """Config file + dotted overrides → TrainConfig, checked field by field (config.read_train_config),
+    across fields (`check_cross_fields`) and against its data and model (`check_run`)."""
+    return check_run(check_cross_fields(read_train_config(path, overrides)))
+
+
+def check_cross_fields(cfg: TrainConfig) -> TrainConfig:
+    """The constraints between fields, each a UserError naming the dotted key (a field's own range
+    is declared on it and checked as it is read); returns `cfg` unchanged."""
+    total = cfg.schedule.total_steps
+    if not 0 <= cfg.schedule.warmup_steps <= total:
+        raise UserError(f"schedule.warmup_steps: must be in 0..schedule.total_steps, got {cfg.schedule.warmup_steps!r}")
+    if not (math.isfinite(cfg.schedule.min_lr) and 0 <= cfg.schedule.min_lr <= cfg.optimizer.lr):
+        raise UserError(f"schedule.min_lr: must be in [0, optimizer.lr], got {cfg.schedule.min_lr!r}")
+    if not 0 <= cfg.finetune.freeze_backbone_steps <= total:
+        raise UserError(f"finetune.freeze_backbone_steps: must be in 0..schedule.total_steps, got {cfg.finetune.freeze_backbone_steps!r}")
+    if cfg.compile.enabled and cfg.deepspeed.zero_stage >= 3:
+        raise UserError(f"compile.enabled: must be false with deepspeed.zero_stage 3 (its per-module parameter hooks break the one compiled graph), got {cfg.compile.enabled!r}")
+    # CUDA graphs are recorded per input shape: without one shape per bucket they would pile up
+    if cfg.compile.mode == "reduce-overhead" and not cfg.data.loader.pad_to_bucket:
+        raise UserError(f"compile.mode: must be not reduce-overhead (CUDA graphs) without data.loader.pad_to_bucket: true, got {cfg.compile.mode!r}")
+    return cfg
 
 
 def check_run(cfg: TrainConfig) -> TrainConfig:
