@@ -4,16 +4,20 @@
 
 This module is the schema: dataclasses whose fields declare their ranges (gtscale.config.ranged),
 and `read_train_config`, which reports unknown keys, wrong types and values out of range as one
-line naming the dotted key (exit status 2). A constraint between fields of different sections
-(schedule.min_lr ≤ optimizer.lr, …), and whether the configuration fits its data and model (shard
+line naming the dotted key (exit status 2). A constraint between fields (warmup_steps ≤
+total_steps, schedule.min_lr ≤ optimizer.lr, …), and whether the configuration fits its data and model (shard
 directories, evaluator ↔ the shards' targets, a head the model can carry), are `preflight.py`'s
 questions, asked with the same one-line errors before any process group starts.
 
-The resolved configuration is saved as `config.yaml` in the run directory.
+The user's TrainConfig is never written to. What the data and the model decide (target scaling,
+the loader's Batch fields, the model config the shards complete) goes into a `ResolvedConfig`
+(resolve.py), a copy the trainer, `gtscale evaluate` and `gtscale export` work from. A run
+directory records both: `config.yaml` (the configuration as given) and `config.resolved.yaml`.
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
@@ -105,7 +109,7 @@ class TaskConfig:
     # regression: the model predicts (y − target_shift) / target_scale, which keeps targets O(1).
     # auto = the train split's mean and std of each target (the manifest's task.target_stats,
     # recorded by the sharder; target_scaling.py); a number applies to every target, a list gives
-    # one per target. The run's config.yaml records the values used.
+    # one per target. The run's config.resolved.yaml records the values used.
     target_scale: Union[Literal["auto"], float, list[float]] = ranged("auto", low=0, low_open=True)
     target_shift: Union[Literal["auto"], float, list[float]] = ranged("auto")
     aux_distance: Optional[AuxDistanceConfig] = None  # EGT's auxiliary distance prediction; off when absent
@@ -227,9 +231,27 @@ DEEPSPEED_PRESETS = CONFIG_ROOT / "deepspeed"
 MODEL_CHOSEN_LOADER_KEYS = ("keys", "path_edges_max_dist")
 
 
-#: What the trainer records in a run's config.yaml beside the TrainConfig itself (read back by
-#: `gtscale evaluate`, which must leave them out to rebuild the TrainConfig).
-RUN_RECORD_KEYS = ("model_resolved", "num_targets", "world_size", "backend")
+@dataclass(frozen=True)
+class ResolvedConfig:
+    """What a run trains with: the user's TrainConfig completed by what its data and its model
+    decide (resolve.py). A copy: the user's object is never written to. The trainer, `gtscale
+    evaluate` and `gtscale export` work from it; a run directory records it as config.resolved.yaml
+    beside the user's config.yaml."""
+
+    # The user's config, copied, with task.target_shift / target_scale numbers (regression: auto is
+    # the train split's statistics), task.anomaly_weight a number (node tasks), and data.loader's
+    # keys and path_edges_max_dist the Batch fields the model reads (pin_memory on where CUDA is).
+    train: TrainConfig
+    # The model config: the named / path / inline model with model_overrides, completed by the
+    # shards (task_model.task_model_config: head.graph_features; node_float_dim and a node head on
+    # node shards).
+    model: dict
+    num_targets: int  # the shards' targets: one head output each
+
+    @property
+    def head(self) -> dict:
+        """The task head as built: the model config's head, task.head on top, one output per target."""
+        return {**self.model.get("head", {"kind": "graph"}), **self.train.task.head, "num_outputs": self.num_targets}
 
 
 def read_train_config(path: str | Path, overrides: list[str]) -> TrainConfig:
@@ -255,11 +277,12 @@ def read_train_config(path: str | Path, overrides: list[str]) -> TrainConfig:
 
 
 def resolve_model_config(cfg: TrainConfig) -> dict:
-    """The model config dict: the named/path/inline model with model_overrides applied."""
+    """The model config dict: the named/path/inline model with model_overrides applied; a new dict
+    that shares nothing with `cfg`, so that what its readers add to it never reaches the user's config."""
     from gtscale.models import load_model_config
 
     if isinstance(cfg.model, dict):
-        model = dict(cfg.model)
+        model = copy.deepcopy(cfg.model)
     elif isinstance(cfg.model, str):
         model = load_model_config(cfg.model)
     else:
@@ -267,5 +290,5 @@ def resolve_model_config(cfg: TrainConfig) -> dict:
     unknown_head = set(cfg.model_overrides) & {"head"}
     if unknown_head:
         raise UserError("model_overrides.head: set head fields under task.head")
-    model.update(cfg.model_overrides)
+    model.update(copy.deepcopy(cfg.model_overrides))
     return model

@@ -17,14 +17,13 @@ import math
 from pathlib import Path
 
 from gtscale.errors import UserError
-from gtscale.format.manifest import GRAPH_TASK, NODE_TASK, is_node_task, task_type
+from gtscale.format.manifest import GRAPH_TASK, NODE_TASK, task_type
 from gtscale.models import parse_model_config, pretrained
 from gtscale.train.engine_config import deepspeed_config
 from gtscale.train.config import ERROR_METRICS, TaskConfig, TrainConfig, read_train_config
 from gtscale.train.data_source import task_manifest
 from gtscale.train.node_metrics import METRICS as NODE_METRICS
-from gtscale.train.node_task import resolve_anomaly_weight
-from gtscale.train.target_scaling import resolve_target_scaling
+from gtscale.train.resolve import resolve_config
 from gtscale.train.task_model import check_task_model, task_model_config
 
 #: The evaluator of node shards; it reports node_metrics.METRICS (all higher is better).
@@ -56,7 +55,8 @@ def check_cross_fields(cfg: TrainConfig) -> TrainConfig:
 
 
 def check_run(cfg: TrainConfig) -> TrainConfig:
-    """The manifest ↔ model ↔ task checks of a TrainConfig; returns it unchanged."""
+    """The manifest ↔ model ↔ task checks of a TrainConfig, which include resolving it
+    (resolve.resolve_config, as the trainer will); returns `cfg`, unchanged."""
     contents = task_manifest(cfg.data)
     manifest = contents["_dir"]
     parse_model_config(task_model_config(cfg, contents))  # the model's own keys, checked here too
@@ -64,15 +64,13 @@ def check_run(cfg: TrainConfig) -> TrainConfig:
     check_task(cfg.task, num_targets, manifest, task_type(contents))
     if "num_outputs" in cfg.task.head:  # like the loader keys: replaced, so never silently
         raise UserError(f"task.head.num_outputs: set by the shards' number of targets ({num_targets} in {manifest}), not by the config; remove it")
-    check_task_model(cfg, num_targets, contents)  # task.head and task.aux_distance fit the model
     splits = contents["splits"]
     for key in ("train_split", "eval_split"):
         if getattr(cfg.data, key) not in splits:
             raise UserError(f"data.{key}: {getattr(cfg.data, key)!r} is not a split of {manifest} (has {', '.join(splits)})")
-    if cfg.task.loss in ("l1", "mse"):
-        resolve_target_scaling(cfg.task, contents, cfg.data.train_split, num_targets)  # auto needs the manifest's statistics
-    if is_node_task(contents):
-        resolve_anomaly_weight(cfg.task, contents, cfg.data.train_split)  # auto needs both classes in the train split
+    # auto target scaling needs the train split's statistics, an auto anomaly weight both classes in it
+    resolved = resolve_config(cfg, contents)
+    check_task_model(resolved, contents)  # task.head and task.aux_distance fit the model
     if cfg.init_from is not None:
         init_weights(cfg.init_from)
     deepspeed_config(cfg, world_size=1, micro_batch=1)  # deepspeed.extra may not replace what gtscale sets

@@ -117,12 +117,15 @@ def test_head_check_builds_nothing_for_real(tpsa_shards, tmp_path):
     """The head check builds the model on the meta device: no parameter memory, however large."""
     import torch
 
+    from gtscale.format.manifest import load_manifest
     from gtscale.train.preflight import load_train_config
+    from gtscale.train.resolve import resolve_config
     from gtscale.train.task_model import build_task_model
 
     cfg = load_train_config(write_config(tmp_path / "c.yaml", tpsa_shards, tmp_path / "run", model="egt-larger"), ["model_overrides={}"])
+    resolved = resolve_config(cfg, load_manifest(tpsa_shards))
     with torch.device("meta"):
-        model, _ = build_task_model(cfg, 1)
+        model = build_task_model(resolved)
     assert sum(p.numel() for p in model.parameters()) > 50_000_000
     assert all(p.device.type == "meta" for p in model.parameters())
 
