@@ -65,7 +65,7 @@ class DataConfig:
     train_split: str = "train"
     eval_split: str = "valid"  # evaluated every eval.every steps and at the end
     # loader.keys and loader.path_edges_max_dist are the model's to choose (its batch_fields and
-    # multi_hop_max_dist): setting either here is an error, since the trainer would replace it.
+    # multi_hop_max_dist): setting either here is an error, since the resolved config replaces it.
     loader: LoaderConfig = field(default_factory=LoaderConfig)
 
     def __post_init__(self):
