@@ -604,8 +604,10 @@ CASES = [
     Case("train-extra-train-batch-size", train_config(deepspeed={"extra": {"train_batch_size": -3}}), "deepspeed.extra.train_batch_size: set by gtscale itself"),
     Case("train-extra-zero-stage", train_config(deepspeed={"extra": {"zero_optimization": {"stage": 3}}}), "deepspeed.extra.zero_optimization.stage: set by gtscale itself"),
     # finished runs
-    Case("evaluate-config-yaml-not-yaml", run_file("config.yaml", "run_dir: [oops\n", "evaluate"), "config.yaml: not valid YAML"),
-    Case("export-config-yaml-not-yaml", run_file("config.yaml", "run_dir: [oops\n", "export"), "config.yaml: not valid YAML"),
+    Case("evaluate-config-resolved-not-yaml", run_file("config.resolved.yaml", "run_dir: [oops\n", "evaluate"), "config.resolved.yaml: not valid YAML"),
+    Case("export-config-resolved-not-yaml", run_file("config.resolved.yaml", "run_dir: [oops\n", "export"), "config.resolved.yaml: not valid YAML"),
+    Case("evaluate-resolved-config-out-of-range", run_file("config.resolved.yaml", "data: {shards: s}\nmodel: egt-small\nseed: -1\n", "evaluate"),
+         "config.resolved.yaml: seed: must be in 0..2147483647"),
     Case("export-out-is-a-file", export_out_is_a_file, "is a file, not a folder"),
     # graph files
     Case("graph-dgl-negative-shape", dgl_shape((-40, -20)), "negative dimension in its shape (-40, -20)"),
@@ -620,7 +622,7 @@ CASES = [
     Case("train-run-dir-read-only", run_dir_at(lambda t: tmpfs(t, "1m", read_only=True) / "run"), "read-only file system", launcher=True),
     Case("train-run-dir-in-use", run_dir_at(run_dir_in_use), "another run is using it (pid", launcher=True),
     Case("train-disk-full-checkpointing", run_dir_at(lambda t: tmpfs(t, "96k") / "run", schedule={"total_steps": 4, "warmup_steps": 1}, checkpoint={"every": 2}),
-         "disk full while checkpointing", launcher=True, changes=("mnt/run/config.yaml", "mnt/run/metrics.jsonl")),
+         "disk full while checkpointing", launcher=True, changes=("mnt/run/config.yaml", "mnt/run/config.resolved.yaml", "mnt/run/metrics.jsonl")),
     Case("train-deepspeed-refuses-extra", run_dir_at(lambda t: t / "run", deepspeed={"extra": {"zero_optimization": {"reduce_bucket_size": -5}}}),
          "DeepSpeed refuses the resulting config", launcher=True),
     # exports that predict reads: a tampered value is refused as the export is read, naming file and key

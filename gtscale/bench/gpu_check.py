@@ -8,7 +8,7 @@ stop the ones after it:
 
 1. shard: the bundled nci-tpsa molecules (`--shards` reuses a shard folder);
 2. train: nci-tpsa for 50 steps on every GPU (torchrun, one process per GPU), NCCL, DeepSpeed
-   ZeRO-2 in bf16 (the `zero2` preset); the run's backend is read back from its config.yaml;
+   ZeRO-2 in bf16 (the `zero2` preset); the run's backend is read back from its config.resolved.yaml;
 3. resume: the same run killed (every process under the launcher) after its step-20 checkpoint,
    resumed with `--resume auto`, and its losses of steps 21-50 compared with the uninterrupted run's;
    steps 1-20 of the two runs (both from scratch) give the run-to-run spread of the kernels to judge by;
@@ -252,7 +252,9 @@ def run_and_kill(cmd: list[str], log: Path, env: dict[str, str], run_dir: Path, 
 def backend_of(run_dir: Path) -> str:
     import yaml
 
-    return str(yaml.safe_load((run_dir / "config.yaml").read_text()).get("backend", "?"))
+    from gtscale.train.resolve import recorded_path
+
+    return str(yaml.safe_load(recorded_path(run_dir).read_text()).get("backend", "?"))
 
 
 # --- the steps ----------------------------------------------------------------------------------

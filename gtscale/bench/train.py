@@ -72,7 +72,7 @@ def bench_train(*, config: str = "configs/tasks/nci-tpsa.yaml", shards: str | No
             alone.append(_rate(trainer, iter(cached), steps))
         result = {
             "config": config,
-            "model": trainer.model_cfg.get("name"),
+            "model": trainer.resolved.model.get("name"),
             "parameters": sum(p.numel() for p in trainer.engine.module.parameters()),
             "loader_workers": workers,
             "torch_threads": torch.get_num_threads(),

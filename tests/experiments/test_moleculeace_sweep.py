@@ -56,7 +56,7 @@ def test_sweep_scores_each_seed_best_checkpoint_on_test_and_compares_with_ecfp(a
         assert sorted(valid) == [1, 2, 3] and run["tag"] == f"step-{best_step:08d}" and run["best_valid"] == valid[best_step]
         saved = json.loads((Path(run["run_dir"]) / "eval" / f"test-{run['tag']}.json").read_text())
         assert saved["samples"] == test_samples and saved["metrics"]["rmse"] == run["metrics"]["rmse"]
-        resolved = yaml.safe_load((Path(run["run_dir"]) / "config.yaml").read_text())
+        resolved = yaml.safe_load((Path(run["run_dir"]) / "config.resolved.yaml").read_text())
         assert resolved["seed"] == resolved["data"]["loader"]["seed"] == run["seed"]  # init and data order
         train_stats = load_manifest(ace_shards)["task"]["target_stats"]["train"]  # task.target_* auto: the train split's
         assert resolved["task"]["target_shift"] == train_stats["mean"] and resolved["task"]["target_scale"] == train_stats["std"]

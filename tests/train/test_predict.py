@@ -151,7 +151,7 @@ def test_an_export_of_several_targets_predicts_each_of_them(tmp_path):
     assert main(["shard", "smiles-csv", "--input", str(csv), "--target-columns", "tpsa,tenth", "--split-column", "split",
                  "--out", str(shards), "--no-progress", "--lap-k", "0", "--svd-rank", "4"]) == 0
     run_dir = train_tiny(shards, tmp_path / "run")
-    assert yaml.safe_load((run_dir / "config.yaml").read_text())["num_targets"] == 2
+    assert yaml.safe_load((run_dir / "config.resolved.yaml").read_text())["num_targets"] == 2
     assert main(["export", str(run_dir), "--out", str(tmp_path / "export")]) == 0
     assert yaml.safe_load((tmp_path / "export" / "model.yaml").read_text())["head"]["num_outputs"] == 2
     assert main(["predict", str(tmp_path / "export"), "--input", str(csv), "--out", str(tmp_path / "p.csv"), "--no-progress"]) == 0
