@@ -21,9 +21,9 @@ whose reading of molecules and exports it shares.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
-import os
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -36,7 +36,7 @@ from gtscale import __version__
 from gtscale.errors import UserError
 from gtscale.format import schema
 from gtscale.inference import LoadedExport, batch_representation, graph_representation, shard_batches
-from gtscale.io import atomic_write_text, claim_out_file, disk_full_is_user_error, read_json_object, sha256_file
+from gtscale.io import atomic_write_bytes, atomic_write_text, claim_out_file, disk_full_is_user_error, read_json_object, sha256_file
 from gtscale.members import FingerprintMember, KernelMember, load_member, with_max_nodes
 from gtscale.predict import counted, csv_header, csv_text, read_molecule_csv, shard_splits
 from gtscale.prep.sources.base import text_column
@@ -165,13 +165,6 @@ def write_npy(out: Path, z: np.ndarray, record: dict) -> None:
     buffer = io.BytesIO()
     np.save(buffer, np.ascontiguousarray(z, np.float32), allow_pickle=False)
     data = buffer.getvalue()
-    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        atomic_write_text(record_path(out), json.dumps({"written_by": WRITER, "version": __version__, "sha256": sha256_file(tmp), **record}))
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    # the record first: a file without a record that vouches for it is never replaced as gtscale's
+    atomic_write_text(record_path(out), json.dumps({"written_by": WRITER, "version": __version__, "sha256": hashlib.sha256(data).hexdigest(), **record}))
+    atomic_write_bytes(out, data)
