@@ -1,6 +1,7 @@
 """fast_descriptors.py: RDKit's 2D descriptors with what several share computed once are RDKit's own
 floats, value for value (NaN where RDKit raises), for molecules of every kind; each shared result
-is computed once per molecule."""
+is computed once per molecule; and graph features computed from the parse the graph came from are
+those of a fresh parse."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ import numpy as np
 import pytest
 from rdkit import Chem
 
+from gtscale.prep import graph_features
+from gtscale.prep.graph_features import GraphFeatures
 from gtscale.prep.sources import fast_descriptors
 from gtscale.prep.sources.bundled import read_nci_tpsa
 from gtscale.prep.sources.base import read_csv
 from gtscale.prep.sources.descriptors import descriptor_names, descriptor_values, reference_values
 from gtscale.prep.sources.moses import data_folder
+from gtscale.prep.writer import ShardOptions, featurize_rows
 
 #: Molecules at the edges of what the descriptors handle: ions and salts, isotopes, radicals, metals,
 #: a lone atom, H2, stereo, hypervalent and charge-separated groups, dummy atoms, cages, large rings.
@@ -85,3 +89,20 @@ def test_each_shared_result_is_computed_once_per_molecule(monkeypatch):
         descriptor_values(mol)
     # four E-state descriptors, Ipc and AvgIpc, 14 PEOE_VSA bins: one computation each per molecule
     assert calls == {"estate": len(mols), "polynomial": len(mols), "peoe": len(mols)}
+
+
+def test_graph_features_from_the_graphs_parse_are_those_of_a_fresh_parse():
+    """featurize_rows computes graph_feat on the molecule it parsed for the graph (after featurising
+    it, before its key): the vector a fresh parse of the SMILES gives."""
+    smiles = [s for s in EDGE_SMILES if Chem.MolFromSmiles(s) is not None] + read_nci_tpsa().smiles[:40]
+    train = smiles[::2]
+    spec = graph_features.fit(("morgan2048", "rdkit2d"), train, progress=False)
+    assert isinstance(spec, GraphFeatures)
+    options = ShardOptions(graph_features=spec)
+    for with_keys in (True, False):
+        graphs, keys, rejects = featurize_rows(smiles, np.arange(len(smiles)), np.zeros((len(smiles), 0), np.float32), None, options,
+                                               with_keys=with_keys)
+        assert all((key is not None) == with_keys for key in keys)
+        for graph in graphs:
+            fresh = graph_features.compute(Chem.MolFromSmiles(smiles[graph["meta"]["idx"]]), spec)
+            np.testing.assert_array_equal(graph["graph_feat"], fresh)
