@@ -22,7 +22,7 @@ from gtscale.format.decode import Record
 from gtscale.format.manifest import NODE_TASK
 from gtscale.loader.batch import Batch
 from gtscale.loader.bucketing import Batcher
-from gtscale.loader.collate import collate
+from gtscale.loader.collate import collate, record_keys
 from gtscale.prep.graph_features import GraphFeatures
 from gtscale.prep.molecule_limits import DEFAULT_MAX_ATOMS
 from gtscale.prep.structure import StructureOptions
@@ -102,6 +102,7 @@ def load_model_export(folder: Path, model_cfg: dict, state: dict, meta: dict) ->
     structure = StructureOptions(**{k: transform[k] for k in ("spd", "degree", "svd_rank", "lap_k", "paths") if k in transform})
     features = GraphFeatures.from_manifest(shards.get("features", {}).get("graph"), str(folder / "export.json"))
     keys, path_dist = loader_keys(module.backbone, model_cfg)
+    keys = [k for k in keys if k != schema.Y]
     # The shards' --max-nodes, else the default cap: the work per molecule is bounded either way.
     max_nodes = DEFAULT_MAX_ATOMS if transform.get("max_nodes") is None else transform["max_nodes"]
     return LoadedExport(
@@ -109,9 +110,23 @@ def load_model_export(folder: Path, model_cfg: dict, state: dict, meta: dict) ->
         model=GraphTaskModel(module.backbone, module.head).to(device()).eval(),  # the trainer's forward
         task=from_dict(TaskConfig, meta["task"], prefix=f"{folder / 'export.json'}: task."),
         target_names=names or [f"y{t}" for t in range(module.head.cfg.num_outputs)],
-        options=ShardOptions(structure=structure, max_nodes=max_nodes, graph_features=features),
-        keys=[k for k in keys if k != schema.Y],
+        options=ShardOptions(structure=read_structure(structure, record_keys(keys, path_dist)), max_nodes=max_nodes, graph_features=features),
+        keys=keys,
         path_dist=path_dist,
+    )
+
+
+def read_structure(options: StructureOptions, keys: tuple[str, ...]) -> StructureOptions:
+    """The shards' structure options less what no record key in `keys` (those the model reads) holds:
+    a record needs no Laplacian encodings for EGT, no SVD for Graphormer. What is kept is made
+    with the shards' options, as the shards made it."""
+    spd = options.spd and (schema.SPD in keys or schema.PRED in keys)
+    return StructureOptions(
+        spd=spd,
+        degree=options.degree and (schema.IN_DEGREE in keys or schema.OUT_DEGREE in keys),
+        svd_rank=options.svd_rank if schema.SVD_PE in keys else 0,
+        lap_k=options.lap_k if (schema.LAP_PE in keys or schema.LAP_EIGVAL in keys) else 0,
+        paths=options.paths if spd and schema.PRED in keys else "bfs",  # fw_mid serves path edges alone
     )
 
 
@@ -173,7 +188,7 @@ def molecule_records(smiles: list[str], options: ShardOptions) -> tuple[list[Rec
     """(records of the molecules the sharder would keep, each with its row as idx; their rows;
     reason per molecule, "" where kept)."""
     rows = np.arange(len(smiles), dtype=np.int64)
-    graphs, _, rejects = featurize_rows(smiles, rows, np.zeros((len(smiles), 0), np.float32), None, options)
+    graphs, _, rejects = featurize_rows(smiles, rows, np.zeros((len(smiles), 0), np.float32), None, options, with_keys=False)
     reasons = [""] * len(smiles)
     for row, reason in rejects:
         reasons[row] = reason
