@@ -102,11 +102,7 @@ def read_baseline_set(shards: Path, split: str, target: str | None, folds: int) 
     classification = kind == CLASSIFICATION
     check_labels(shards, names[column], splits, classification, folds)
     max_nodes = manifest.get("transform", {}).get("max_nodes")
-    cliff = None
-    if moleculeace.NAME.fullmatch(str(manifest["dataset"])):
-        from gtscale.prep.sources.moleculeace import cliff_flag
-
-        cliff = np.array([cliff_flag(name or "") for name in splits["test"].names], bool)
+    cliff = moleculeace.cliff_mask(shards, split, splits["test"].idx) if moleculeace.NAME.fullmatch(str(manifest["dataset"])) else None
     return BaselineSet(Path(shards), manifest, names[column], classification, splits, max_nodes or max(DEFAULT_MAX_ATOMS, largest), cliff)
 
 
