@@ -21,7 +21,7 @@ products: gtscale/models/linear.py) caches a kernel with its working memory for 
 up to 1,024 of them: with a new node count every batch, fan-out training on a T-Social-size graph
 reaches 8.9 GiB within 437 steps (docs/results/graph-sampling.md).
 So a batch is padded up to the next of the loader's geometric bucket sizes (ratio 1.05: at most
-5 % more nodes), with isolated nodes in filler graphs no larger than a neighbourhood (pad_nodes),
+5 % more nodes), with isolated nodes in filler graphs no larger than a neighbourhood (store_edge_batch),
 which leaves every output of the batch's own nodes as it was: its node counts then take a few
 dozen values over a whole run.
 
@@ -43,12 +43,7 @@ import numpy as np
 from gtscale.errors import UserError
 from gtscale.graphs.induced import MIN_EPOCH_ROUNDS, graph_task_manifest
 from gtscale.graphs.neighbourhoods import sample_neighbourhoods
-from gtscale.graphs.node_batches import (
-    PROVIDED_KEYS,
-    EdgeStoreLoader,
-    pad_nodes,
-    store_edge_batch,
-)
+from gtscale.graphs.node_batches import PROVIDED_KEYS, EdgeStoreLoader, store_edge_batch
 from gtscale.graphs.store import GraphStore
 from gtscale.loader.bucketing import geometric_boundaries
 from gtscale.loader.config import LoaderConfig, SeedPurpose, derive_seed
@@ -111,9 +106,9 @@ class FanoutStream(ShardStream):
         the targets scored."""
         store = self._open()
         trees = sample_neighbourhoods(store.indptr, store.indices, targets, self.fanouts, rng)
-        batch = store_edge_batch(store, trees.nodes, trees.edge_index, trees.roots, targets, trees.tree, len(targets))
         largest = 1 + sum(int(np.prod(self.fanouts[: h + 1])) for h in range(len(self.fanouts)))  # the most nodes a tree can have
-        return pad_nodes(batch, padded_size(batch.num_nodes), largest)
+        return store_edge_batch(store, trees.nodes, trees.edge_index, trees.roots, targets, trees.tree, len(targets),
+                                padded_nodes=padded_size(len(trees.nodes)), filler_graph_nodes=largest)
 
 
 class FanoutLoader(EdgeStoreLoader):
