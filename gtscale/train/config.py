@@ -173,6 +173,11 @@ class EvalConfig:
     # a run stops early only once its learning rate has decayed (small sets evaluated every epoch
     # otherwise stop within a few hundred steps of a cosine schedule whose rate never fell)
     min_steps: int = 0
+    # how the eval split of a graph store (data.graph) is scored: sampled, in batches of data.graph's
+    # sampler on every rank; or full, every node with all of its neighbours, layer by layer over the
+    # store on rank 0 (train/full_inference.py: the sparse ET), as `gtscale evaluate --inference full`
+    # scores. Either way task.metric of the same predictions chooses the best checkpoint.
+    inference: Literal["sampled", "full"] = "sampled"
 
 
 @dataclass
@@ -250,6 +255,7 @@ RANGES: dict[str, tuple[Callable[[Any, "TrainConfig"], bool], str]] = {
     "eval.every": (lambda v, _: v == "epoch" or v >= 0, ">= 0 (0 = only at the end), or epoch"),
     "eval.patience": (lambda v, _: v >= 0, ">= 0 (0 = never stop early)"),
     "eval.min_steps": (lambda v, _: v >= 0, ">= 0"),
+    "eval.inference": (lambda v, c: v == "sampled" or c.data.graph is not None, "sampled without data.graph (full scores the nodes of a graph store)"),
     "logging.every": (lambda v, _: v >= 1, ">= 1"),
     # CUDA graphs are recorded per input shape: without one shape per bucket they would pile up
     "compile.enabled": (lambda v, c: not v or c.deepspeed.zero_stage < 3, "false with deepspeed.zero_stage 3 (its per-module parameter hooks break the one compiled graph)"),
