@@ -63,17 +63,26 @@ def load_yaml(path: str | Path) -> dict:
 
 @dataclass(frozen=True)
 class Range:
-    """The values a number field may take, each of a list field's numbers too: finite, and within
-    low..high (either end open, or absent). Declared once on the field (`ranged`) and checked by
-    `from_dict` whenever a config is read, so a training YAML and an export's model.yaml meet the
-    same bounds. Upper bounds keep the work of building a model from a file bounded."""
+    """The values a field may take: a number finite and within low..high (either end open, or
+    absent); a list's numbers each so, and the list between min_items and max_items long.
+    Declared once on the field (`ranged`) and checked by `from_dict` whenever a config is read, so a
+    training YAML and an export's model.yaml meet the same bounds. Upper bounds keep the work of
+    building a model from a file bounded. `note` says what a special value means ("0 = off"); the
+    error message carries it. A constraint that involves another field is no Range: it is checked
+    where both are known (train/preflight.py for a training config)."""
 
     low: Optional[float] = None
     high: Optional[float] = None
     low_open: bool = False  # low itself is excluded
     high_open: bool = False
+    min_items: int = 0  # a list field: its fewest values
+    max_items: Optional[int] = None  # a list field: its most values
+    note: str = ""
 
     def holds(self, value: Any) -> bool:
+        if isinstance(value, (list, tuple)):
+            if len(value) < self.min_items or (self.max_items is not None and len(value) > self.max_items):
+                return False
         for number in value if isinstance(value, (list, tuple)) else [value]:
             if isinstance(number, bool) or not isinstance(number, (int, float)):
                 continue  # not a number (a Literal's "auto", a null): the type check has decided
@@ -97,6 +106,21 @@ class Range:
             return f"{'<' if self.high_open else '<='} {high}"
         return "finite"
 
+    def describe(self, value: Any) -> str:
+        """What the field must be, worded for `value` (a number, or a list of them)."""
+        bound = f"{self}{f' ({self.note})' if self.note else ''}"
+        if not isinstance(value, (list, tuple)):
+            return bound
+        if self.min_items == 0 and self.max_items is None:
+            return f"{bound} (each value)"
+        if self.min_items == self.max_items:
+            count = str(self.min_items)
+        elif self.max_items is None:
+            count = f"{self.min_items} or more"
+        else:
+            count = f"{self.min_items} to {self.max_items}"
+        return f"{count} values, each {bound}"
+
 
 def _number(value: Optional[float]) -> str:
     if value is None:
@@ -105,24 +129,29 @@ def _number(value: Optional[float]) -> str:
 
 
 def ranged(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING, low: Optional[float] = None,
-           high: Optional[float] = None, low_open: bool = False, high_open: bool = False) -> Any:
+           high: Optional[float] = None, low_open: bool = False, high_open: bool = False, min_items: int = 0,
+           max_items: Optional[int] = None, note: str = "") -> Any:
     """A dataclass field whose value (or each number of its list) must lie in a Range."""
     return dataclasses.field(default=default, default_factory=default_factory,
-                             metadata={"range": Range(low, high, low_open, high_open)})
+                             metadata={"range": Range(low, high, low_open, high_open, min_items, max_items, note)})
 
 
 def check_range(cls: type, name: str, value: Any, key: str) -> None:
     """UserError naming `key` unless `value` lies in the Range field `name` of `cls` declares."""
     allowed = {f.name: f for f in dataclasses.fields(cls)}[name].metadata.get("range")
     if allowed is not None and value is not None and not allowed.holds(value):
-        raise UserError(f"{key}: must be {allowed}{' (each value)' if isinstance(value, (list, tuple)) else ''}, got {value!r}")
+        raise UserError(f"{key}: must be {allowed.describe(value)}, got {value!r}")
 
 
-def check_field_ranges(obj: Any) -> None:
-    """Every Range of a dataclass instance's fields holds (what `from_dict` checks before building
-    one; a __post_init__ calls this so that one built in code meets the same bounds)."""
+def check_field_ranges(obj: Any, prefix: str = "") -> None:
+    """Every Range of a dataclass instance's fields holds, those of its nested dataclasses too
+    (what `from_dict` checks before building one; a __post_init__ calls this so that one built in
+    code, or copied with dataclasses.replace, meets the same bounds). Errors name `prefix` + key."""
     for f in dataclasses.fields(obj):
-        check_range(type(obj), f.name, getattr(obj, f.name), f.name)
+        value = getattr(obj, f.name)
+        check_range(type(obj), f.name, value, f"{prefix}{f.name}")
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            check_field_ranges(value, f"{prefix}{f.name}.")
 
 
 def _check_value(value: Any, annotation: Any, key: str) -> Any:

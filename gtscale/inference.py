@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -19,8 +20,9 @@ from gtscale.errors import UserError
 from gtscale.format import schema
 from gtscale.format.decode import Record
 from gtscale.format.manifest import NODE_TASK
+from gtscale.loader.batch import Batch
 from gtscale.loader.bucketing import Batcher
-from gtscale.loader.collate import collate
+from gtscale.loader.collate import collate, record_keys
 from gtscale.prep.graph_features import GraphFeatures
 from gtscale.prep.molecule_limits import DEFAULT_MAX_ATOMS
 from gtscale.prep.structure import StructureOptions
@@ -39,6 +41,44 @@ class LoadedExport:
     options: ShardOptions  # how its shards' records were made; max_nodes always set
     keys: list[str]  # Batch fields the model reads
     path_dist: int  # path-edge distance it needs (Graphormer)
+
+    def predict_batches(self, batches: Iterable[Batch]) -> tuple[np.ndarray, np.ndarray]:
+        """(idx [n], outputs float32 [n, T]) of every sample of `batches` (shard loader batches, or
+        `molecule_batches`), sorted by idx: the trainer's and evaluate's prediction loop
+        (tasks.predict), then the task's outputs (probabilities for a binary task)."""
+        from gtscale.train.tasks import GraphTask, predict
+
+        task = GraphTask(self.task)
+        idx, y_pred, _ = predict(task, self.model, batches, lambda batch: batch.to(device()))
+        return idx, task.outputs(y_pred)
+
+    def predict(self, molecules: Molecules, batch_size: int) -> tuple[np.ndarray, list[str]]:
+        """(outputs float32 [n, T], NaN where a molecule was not read; reason per molecule, "" if none):
+        the neural member of an ensemble (predict.Member)."""
+        records, rows, reasons = molecules.made(("records", self.options), lambda: molecule_records(molecules.smiles, self.options))
+        out = np.full((len(molecules.smiles), self.num_targets), np.nan, np.float32)
+        if records:
+            idx, values = self.predict_batches(molecule_batches(records, self.keys, self.path_dist, batch_size))
+            out[idx] = values
+        return out, list(reasons)
+
+    @property
+    def num_targets(self) -> int:
+        return self.model.head.cfg.num_outputs
+
+
+class Molecules:
+    """A chunk of SMILES and what it has been turned into (records, fingerprints, representations),
+    each made once for every ensemble member that reads molecules the same way."""
+
+    def __init__(self, smiles: list[str]):
+        self.smiles = smiles
+        self._made: dict = {}
+
+    def made(self, key, make: Callable):
+        if key not in self._made:
+            self._made[key] = make()
+        return self._made[key]
 
 
 def check_record(meta: dict, folder: Path) -> None:
@@ -62,6 +102,7 @@ def load_model_export(folder: Path, model_cfg: dict, state: dict, meta: dict) ->
     structure = StructureOptions(**{k: transform[k] for k in ("spd", "degree", "svd_rank", "lap_k", "paths") if k in transform})
     features = GraphFeatures.from_manifest(shards.get("features", {}).get("graph"), str(folder / "export.json"))
     keys, path_dist = loader_keys(module.backbone, model_cfg)
+    keys = [k for k in keys if k != schema.Y]
     # The shards' --max-nodes, else the default cap: the work per molecule is bounded either way.
     max_nodes = DEFAULT_MAX_ATOMS if transform.get("max_nodes") is None else transform["max_nodes"]
     return LoadedExport(
@@ -69,9 +110,23 @@ def load_model_export(folder: Path, model_cfg: dict, state: dict, meta: dict) ->
         model=GraphTaskModel(module.backbone, module.head).to(device()).eval(),  # the trainer's forward
         task=from_dict(TaskConfig, meta["task"], prefix=f"{folder / 'export.json'}: task."),
         target_names=names or [f"y{t}" for t in range(module.head.cfg.num_outputs)],
-        options=ShardOptions(structure=structure, max_nodes=max_nodes, graph_features=features),
-        keys=[k for k in keys if k != schema.Y],
+        options=ShardOptions(structure=read_structure(structure, record_keys(keys, path_dist)), max_nodes=max_nodes, graph_features=features),
+        keys=keys,
         path_dist=path_dist,
+    )
+
+
+def read_structure(options: StructureOptions, keys: tuple[str, ...]) -> StructureOptions:
+    """The shards' structure options less what no record key in `keys` (those the model reads) holds:
+    a record needs no Laplacian encodings for EGT, no SVD for Graphormer. What is kept is made
+    with the shards' options, as the shards made it."""
+    spd = options.spd and (schema.SPD in keys or schema.PRED in keys)
+    return StructureOptions(
+        spd=spd,
+        degree=options.degree and (schema.IN_DEGREE in keys or schema.OUT_DEGREE in keys),
+        svd_rank=options.svd_rank if schema.SVD_PE in keys else 0,
+        lap_k=options.lap_k if (schema.LAP_PE in keys or schema.LAP_EIGVAL in keys) else 0,
+        paths=options.paths if spd and schema.PRED in keys else "bfs",  # fw_mid serves path edges alone
     )
 
 
@@ -83,14 +138,30 @@ def device() -> str:
 def graph_representation(export: LoadedExport, smiles: list[str], batch_size: int = 64) -> tuple[np.ndarray, list[str]]:
     """(float32 [n, d] pooled graph representation of each molecule: what the export's backbone
     hands its task head, NaN where a molecule was rejected; reason per molecule, "" if none),
-    featurised as the export's shards were. The input of `gtscale baseline kernel`'s SVR."""
-    reasons = [""] * len(smiles)
-    records, rows = molecule_records(smiles, export.options, reasons)
+    featurised as the export's shards were. The input of `gtscale baseline kernel`'s SVR and what
+    `gtscale fingerprint` writes."""
+    records, rows, reasons = molecule_records(smiles, export.options)
     out = np.full((len(smiles), export.model.backbone.graph_dim), np.nan, np.float32)
-    for members in padded_batches(records, batch_size):
-        batch = collate([records[i] for i in members], export.keys, export.path_dist).to(device())
-        out[[rows[i] for i in members]] = export.model.backbone(batch).graph.float().cpu().numpy()
+    for batch in molecule_batches(records, export.keys, export.path_dist, batch_size):
+        out[batch.idx.numpy()] = batch_representation(export, batch)
     return out, reasons
+
+
+@torch.no_grad()
+def batch_representation(export: LoadedExport, batch: Batch) -> np.ndarray:
+    """float32 [n, d]: the pooled graph representation of each graph of a collated batch."""
+    return export.model.backbone(batch.to(device())).graph.float().cpu().numpy()
+
+
+def shard_batches(export: LoadedExport, manifest: dict, split: str, batch_size: int) -> Iterable[Batch]:
+    """The loader's batches of `batch_size` graphs of a shard folder's `split`, read as evaluation
+    reads them (the export's keys, no bucketing, no shuffling)."""
+    from gtscale.loader.config import LoaderConfig
+    from gtscale.loader.stream import build_loader
+
+    config = LoaderConfig(batching="graphs", batch_size=batch_size, bucketing=False, num_workers=0, keys=export.keys,
+                          path_edges_max_dist=export.path_dist)
+    return build_loader(manifest, split, config, train=False, rank=0, world_size=1)
 
 
 #: Padded node pairs per molecule of a batch (B × N_max² ≤ batch_size × this): what attention and
@@ -113,23 +184,20 @@ def padded_batches(records: list[Record], batch_size: int) -> list[list[int]]:
     return out
 
 
-def molecule_records(smiles: list[str], options: ShardOptions, reasons: list[str]) -> tuple[list[Record], list[int]]:
-    """Records of the molecules the sharder would keep, and their rows; the others' reasons are set."""
+def molecule_records(smiles: list[str], options: ShardOptions) -> tuple[list[Record], list[int], list[str]]:
+    """(records of the molecules the sharder would keep, each with its row as idx; their rows;
+    reason per molecule, "" where kept)."""
     rows = np.arange(len(smiles), dtype=np.int64)
-    graphs, _, rejects = featurize_rows(smiles, rows, np.zeros((len(smiles), 0), np.float32), None, options)
+    graphs, _, rejects = featurize_rows(smiles, rows, np.zeros((len(smiles), 0), np.float32), None, options, with_keys=False)
+    reasons = [""] * len(smiles)
     for row, reason in rejects:
         reasons[row] = reason
     kept = [g[schema.META]["idx"] for g in graphs]
     records = [Record(str(row), "<input>", len(g[schema.X]), row, g) for row, g in zip(kept, graphs)]
-    return records, kept
+    return records, kept, reasons
 
 
-@torch.no_grad()
-def batch_scores(export: LoadedExport, batch) -> np.ndarray:
-    """float [n, T] predictions of one export (targets' units; probabilities for bce)."""
-    from gtscale.train.tasks import predictions
-
-    values = predictions(export.model(batch.to(device()))[0], export.task)
-    return (torch.sigmoid(values) if export.task.loss == "bce" else values).cpu().numpy()
-
-
+def molecule_batches(records: list[Record], keys: list[str], path_dist: int, batch_size: int) -> Iterator[Batch]:
+    """The loader's collated batches of `records` (padded_batches' budget), in order."""
+    for members in padded_batches(records, batch_size):
+        yield collate([records[i] for i in members], keys, path_dist)

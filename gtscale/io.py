@@ -21,17 +21,22 @@ from gtscale.errors import UserError
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write a small text file via a temporary name + rename: readers never see half of it."""
+    atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write a file via a temporary name + rename: readers never see half of it."""
     path = Path(path)
     # A name of its own per writer: parts of a split run write the same plan.json at once.
     tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
-        with open(tmp, "w") as f:
-            f.write(text)
+        with open(tmp, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as err:
-        note_disk_full(err, tmp, len(text.encode()))
+        note_disk_full(err, tmp, len(data))
         tmp.unlink(missing_ok=True)  # a full disk, say: leave no half-written temporary behind
         raise
 

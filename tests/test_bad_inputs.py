@@ -334,6 +334,20 @@ def predict_on(write: Callable[[Path, Inputs], Path], *extra: str, members: int 
     return prepare
 
 
+def fingerprint_on(write: Callable[[Path, Inputs], Path], out: str = "out.npy", *extra: str):
+    """`gtscale fingerprint` of the shared export on the input that write(tmp, inputs) makes, into tmp/out."""
+    def prepare(tmp: Path, inputs: Inputs):
+        return ["fingerprint", str(inputs.export), "--input", str(write(tmp, inputs)), "--out", str(tmp / out), "--no-progress", *extra], tmp
+    return prepare
+
+
+def users_npy_at_out(tmp: Path, inputs: Inputs) -> Path:
+    import numpy as np
+
+    np.save(tmp / "out.npy", np.arange(3.0))
+    return text_file("mols.csv", "smiles\nCCO\n")(tmp, inputs)
+
+
 def text_file(name: str, text: str) -> Callable[[Path, Inputs], Path]:
     def write(tmp: Path, inputs: Inputs) -> Path:
         (tmp / name).write_text(text)
@@ -535,6 +549,11 @@ CASES = [
     Case("predict-zip-of-two-files", predict_on(packed_file("mols.csv.zip", members=2)), "mols.csv.zip: a .zip of 2 files"),
     Case("predict-xz-cut-short", predict_on(packed_file("mols.csv.xz", cut=9)), "mols.csv.xz: not a readable CSV"),
     Case("predict-zst-without-zstandard", predict_on(packed_file("mols.csv.zst")), "mols.csv.zst: reading .zst needs the zstandard module"),
+    # gtscale fingerprint
+    Case("fingerprint-out-is-a-users-npy", fingerprint_on(users_npy_at_out), "--out would replace a file gtscale did not write"),
+    Case("fingerprint-out-is-the-input", fingerprint_on(input_named_out, "out.csv", "--overwrite"), "--out is the input"),
+    Case("fingerprint-huge-smiles", fingerprint_on(text_file("mols.csv", f"smiles\nCCO\n{HUGE_SMILES}\n{'C' * 600}\n")),
+         "(2 without a representation", code=0, changes=("out.npy",)),
     # output folders gtscale did not write, or inside the input
     Case("shard-out-holds-foreign-manifest", out_holding("manifest.json"), "holds files gtscale did not write (manifest.json;"),
     Case("shard-out-holds-file-named-like-a-shard", out_holding("train/train-000099.tar"), "holds files gtscale did not write (train;"),
@@ -585,8 +604,10 @@ CASES = [
     Case("train-extra-train-batch-size", train_config(deepspeed={"extra": {"train_batch_size": -3}}), "deepspeed.extra.train_batch_size: set by gtscale itself"),
     Case("train-extra-zero-stage", train_config(deepspeed={"extra": {"zero_optimization": {"stage": 3}}}), "deepspeed.extra.zero_optimization.stage: set by gtscale itself"),
     # finished runs
-    Case("evaluate-config-yaml-not-yaml", run_file("config.yaml", "run_dir: [oops\n", "evaluate"), "config.yaml: not valid YAML"),
-    Case("export-config-yaml-not-yaml", run_file("config.yaml", "run_dir: [oops\n", "export"), "config.yaml: not valid YAML"),
+    Case("evaluate-config-resolved-not-yaml", run_file("config.resolved.yaml", "run_dir: [oops\n", "evaluate"), "config.resolved.yaml: not valid YAML"),
+    Case("export-config-resolved-not-yaml", run_file("config.resolved.yaml", "run_dir: [oops\n", "export"), "config.resolved.yaml: not valid YAML"),
+    Case("evaluate-resolved-config-out-of-range", run_file("config.resolved.yaml", "data: {shards: s}\nmodel: egt-small\nseed: -1\n", "evaluate"),
+         "config.resolved.yaml: seed: must be in 0..2147483647"),
     Case("export-out-is-a-file", export_out_is_a_file, "is a file, not a folder"),
     # graph files
     Case("graph-dgl-negative-shape", dgl_shape((-40, -20)), "negative dimension in its shape (-40, -20)"),
@@ -601,7 +622,7 @@ CASES = [
     Case("train-run-dir-read-only", run_dir_at(lambda t: tmpfs(t, "1m", read_only=True) / "run"), "read-only file system", launcher=True),
     Case("train-run-dir-in-use", run_dir_at(run_dir_in_use), "another run is using it (pid", launcher=True),
     Case("train-disk-full-checkpointing", run_dir_at(lambda t: tmpfs(t, "96k") / "run", schedule={"total_steps": 4, "warmup_steps": 1}, checkpoint={"every": 2}),
-         "disk full while checkpointing", launcher=True, changes=("mnt/run/config.yaml", "mnt/run/metrics.jsonl")),
+         "disk full while checkpointing", launcher=True, changes=("mnt/run/config.yaml", "mnt/run/config.resolved.yaml", "mnt/run/metrics.jsonl")),
     Case("train-deepspeed-refuses-extra", run_dir_at(lambda t: t / "run", deepspeed={"extra": {"zero_optimization": {"reduce_bucket_size": -5}}}),
          "DeepSpeed refuses the resulting config", launcher=True),
     # exports that predict reads: a tampered value is refused as the export is read, naming file and key

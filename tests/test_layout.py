@@ -1,17 +1,23 @@
-"""The package's imports point one way along the data path (README, "Architecture").
+"""The package's imports point one way along the data path (docs/internals/architecture.md).
 
 Every package and every top-level module of gtscale has a row below: the parts of gtscale it may
 import. format ← prep, format ← loader ← models ← train, graphs beside prep (on format, prep and
 loader; train samples node tasks from it); interop on models and format; inference on the data
-path; experiments on train, prep and inference; predict on inference and experiments; bench and
+path; experiments on train, prep and inference; members (an ensemble's members, read from exports) on
+inference and experiments; predict on members; fit and fingerprint on predict; bench and
 cli on top of all of them, cli above bench (it dispatches to the benchmarks). A module without a
 row, or an import its row does not allow, fails the test, naming the file and the import.
+
+Only the cli package reads a command line: it declares every command (one module per command,
+parsing its options and calling a library function with them). No other module imports argparse
+or gtscale.cli, or defines an `add_arguments`, so a library function is called with keyword
+parameters, never with a parsed Namespace.
 
 No module of the package imports another through a circle, inside a package or across packages.
 An import inside a function counts too: moving an import into a function to dodge a circle hides
 the circle from Python, not from this test (train/config.py did that with data_source, node_task
 and task_model until the cross-checks moved to train/preflight.py). In a module that imports by
-name (importlib.import_module: cli.py and its command table), each module its strings name counts
+name (importlib.import_module: cli/__init__.py and its command table), each module its strings name counts
 as imported; elsewhere such a string names what another process runs (`python -m gtscale.cli`, a
 fork server's preload), which is no import."""
 
@@ -43,11 +49,14 @@ ALLOWED = {
     "interop": SHARED | {"format", "models"},
     "inference": SHARED | {"format", "prep", "loader", "models", "train"},
     "experiments": SHARED | {"format", "prep", "models", "train", "inference"},
-    "predict": SHARED | {"format", "prep", "loader", "models", "train", "inference", "experiments"},
+    "members": SHARED | {"format", "prep", "models", "train", "inference", "experiments"},
+    "predict": SHARED | {"format", "prep", "loader", "models", "train", "inference", "experiments", "members"},
+    "fit": SHARED | {"format", "prep", "models", "train", "inference", "experiments", "members", "predict"},
+    "fingerprint": SHARED | {"format", "prep", "loader", "models", "train", "inference", "experiments", "members", "predict"},
     "bench": SHARED | {"allocator", "format", "prep", "loader", "graphs", "models", "train", "interop", "inference",
-                       "experiments", "predict"},
+                       "experiments", "members", "predict", "fit", "fingerprint"},
     "cli": SHARED | {"allocator", "format", "prep", "loader", "graphs", "models", "train", "interop", "inference",
-                     "experiments", "predict", "bench"},
+                     "experiments", "members", "predict", "fit", "fingerprint", "bench"},
 }
 
 
@@ -148,9 +157,10 @@ def _package(tmp_path: Path, files: dict[str, str]) -> Path:
 
 def test_checker_sees_each_form_of_import(tmp_path):
     root = _package(tmp_path, {
-        "cli.py": 'import importlib\nCOMMANDS = {"train": "gtscale.train.cli"}\nimportlib.import_module(COMMANDS["train"])\n',
+        "cli/__init__.py": 'import importlib\nCOMMANDS = {"train": "gtscale.cli.train"}\nimportlib.import_module(COMMANDS["train"])\n',
+        "cli/train.py": "from gtscale.train import trainer\n",
         "train/__init__.py": "",
-        "train/cli.py": "def f():\n    from gtscale.train import config\n    from . import preflight\n",
+        "train/trainer.py": "def f():\n    from gtscale.train import config\n    from . import preflight\n",
         "train/config.py": "from gtscale import __version__\nfrom ..format import schema\nimport gtscale.loader.stream\n",
         "train/preflight.py": "from .config import load\n",
         "format/__init__.py": "",
@@ -160,9 +170,10 @@ def test_checker_sees_each_form_of_import(tmp_path):
         "loader/workers.py": 'PRELOAD = ["gtscale.loader.stream"]\n',
     })
     graph = import_graph(root)
-    assert graph["gtscale.cli"] == ["gtscale.train.cli"]  # the command table, imported by name
+    assert graph["gtscale.cli"] == ["gtscale.cli.train"]  # the command table, imported by name
+    assert graph["gtscale.cli.train"] == ["gtscale.train.trainer"]
     assert graph["gtscale.loader.workers"] == []  # a name for another process (a fork server's preload)
-    assert graph["gtscale.train.cli"] == ["gtscale.train.config", "gtscale.train.preflight"]
+    assert graph["gtscale.train.trainer"] == ["gtscale.train.config", "gtscale.train.preflight"]
     assert graph["gtscale.train.config"] == ["gtscale", "gtscale.format.schema", "gtscale.loader.stream"]
     assert graph["gtscale.train.preflight"] == ["gtscale.train.config"]
     assert [part_of(name) for name in graph["gtscale.train.config"]] == ["__init__", "format", "loader"]
@@ -180,7 +191,7 @@ def test_checker_sees_a_circle_dodged_inside_a_function(tmp_path):
 
 def test_checker_sees_a_circle_across_packages(tmp_path):
     root = _package(tmp_path, {
-        "cli.py": 'import importlib\n\ndef main(name):\n    importlib.import_module({"model": "gtscale.bench.model"}[name])\n',
+        "cli/__init__.py": 'import importlib\n\ndef main(name):\n    importlib.import_module({"model": "gtscale.bench.model"}[name])\n',
         "bench/__init__.py": "",
         "bench/model.py": "def run():\n    from gtscale.cli import main\n",
     })
@@ -195,3 +206,45 @@ def test_checker_sees_a_violation(tmp_path):
         "train/trainer.py": "from gtscale.models import egt\n",
     })
     assert violations(root) == ["gtscale/models/egt.py imports gtscale.train.trainer"]
+
+
+def argument_parsing_outside_cli(root: Path) -> list[str]:
+    """"file imports argparse" / "file defines add_arguments" / "file imports gtscale.cli" for each
+    module of the package in `root` outside its cli package that reads a command line."""
+    found = []
+    for name, path in package_modules(root).items():
+        if part_of(name) == "cli":
+            continue
+        where = path.relative_to(root.parent)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            elif isinstance(node, ast.FunctionDef) and node.name == "add_arguments":
+                found.append(f"{where} defines add_arguments")
+                continue
+            else:
+                continue
+            found += [f"{where} imports {n}" for n in names if n == "argparse" or n == "gtscale.cli" or n.startswith("gtscale.cli.")]
+    return found
+
+
+def test_only_the_cli_parses_arguments():
+    found = argument_parsing_outside_cli(ROOT)
+    assert not found, "\n".join(found)
+
+
+def test_checker_sees_argument_parsing_outside_cli(tmp_path):
+    root = _package(tmp_path, {
+        "cli/__init__.py": "import argparse\n",
+        "cli/shard.py": "import argparse\n\ndef add_arguments(parser):\n    pass\n",
+        "prep/__init__.py": "",
+        "prep/shard.py": "def add_arguments(parser):\n    import argparse\n",
+        "bench/__init__.py": "",
+        "bench/model.py": "from gtscale.cli.bench import model\n",
+        "predict.py": "from gtscale.cli import main\n",
+    })
+    assert sorted(argument_parsing_outside_cli(root)) == [
+        "gtscale/bench/model.py imports gtscale.cli.bench", "gtscale/predict.py imports gtscale.cli",
+        "gtscale/prep/shard.py defines add_arguments", "gtscale/prep/shard.py imports argparse"]

@@ -26,7 +26,6 @@ time, and the ratio gtscale ÷ authors.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import copy
 import dataclasses
@@ -373,28 +372,31 @@ def time_interleaved(steps: dict, count: int, warmup: int, sync) -> dict[str, li
     return times
 
 
-def run_authors(args: argparse.Namespace) -> int:
-    """The `--authors` form of `gtscale bench model`."""
-    if args.batch_size < 1 or args.steps < 1 or args.warmup < 0 or args.threads < 1:
+def bench_authors(authors: Path, *, model: str = "egt-small", batch_size: int = 32, precisions: list[str] = ("fp32", "bf16"),
+                  steps: int = 10, warmup: int = 3, pad_to: int | None = None, threads: int = 1, device: str = "auto", seed: int = 0,
+                  json_path: Path | None = None) -> int:
+    """The `--authors` form of `gtscale bench model`: gtscale's `model` against the authors' code in
+    the checkout `authors`, timed interleaved; the figures also to `json_path`."""
+    if batch_size < 1 or steps < 1 or warmup < 0 or threads < 1:
         raise UserError("--batch-size, --steps and --threads must be positive, --warmup >= 0")
-    if not args.authors.is_dir():
-        raise UserError(f"--authors {args.authors}: not a folder (a checkout of the authors' repository)")
-    cfg = load_model_config(args.model)
+    if not authors.is_dir():
+        raise UserError(f"--authors {authors}: not a folder (a checkout of the authors' repository)")
+    cfg = load_model_config(model)
     typed = parse_model_config(cfg)
-    load_authors(cfg, args.authors)  # a wrong folder is an error before the batch is built
-    torch.set_num_threads(args.threads)
-    device = torch.device(device_named(args.device))
+    load_authors(cfg, authors)  # a wrong folder is an error before the batch is built
+    torch.set_num_threads(threads)
+    device = torch.device(device_named(device))
     load_before = os.getloadavg()[0]
 
-    smiles = sample_molecules(args.batch_size, args.seed, args.pad_to or PCQM4MV2_MAX_ATOMS)
+    smiles = sample_molecules(batch_size, seed, pad_to or PCQM4MV2_MAX_ATOMS)
     options = (getattr(typed, "svd_rank", 0), getattr(typed, "multi_hop_max_dist", 0))
-    batch = molecule_batch(smiles, args.pad_to, *options)
-    torch.manual_seed(args.seed)
+    batch = molecule_batch(smiles, pad_to, *options)
+    torch.manual_seed(seed)
     ours = build_exported(cfg)
-    theirs = authors_model(cfg, args.authors, ours)
+    theirs = authors_model(cfg, authors, ours)
     count = {name: sum(p.numel() for p in m.parameters()) for name, m in (("gtscale", ours), ("authors", theirs))}
     if count["gtscale"] != count["authors"]:
-        raise UserError(f"--authors {args.authors}: the authors' model has {count['authors']:,} parameters, gtscale's {count['gtscale']:,}")
+        raise UserError(f"--authors {authors}: the authors' model has {count['authors']:,} parameters, gtscale's {count['gtscale']:,}")
     # EGT one molecule at a time (see the module docstring), Graphormer on the padded batch
     checks = [molecule_batch([s], None, *options) for s in smiles] if cfg["name"] == "egt" else [batch]
     agreement = check_agreement(ours, theirs, checks, cfg)
@@ -404,11 +406,11 @@ def run_authors(args: argparse.Namespace) -> int:
     target = torch.randn(batch.num_graphs, ours.head.cfg.num_outputs, device=device)
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     results = []
-    for precision in args.precision:
+    for precision in precisions:
         autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
         step_ours, optimizer = _trainer(lambda: _ours_forward(ours, batch), list(ours.parameters()), target, autocast)
         step_theirs, _ = _trainer(lambda: theirs(data), list(theirs.parameters()), target, autocast)
-        times = time_interleaved({"gtscale": step_ours, "authors": step_theirs}, args.steps, args.warmup, sync)
+        times = time_interleaved({"gtscale": step_ours, "authors": step_theirs}, steps, warmup, sync)
         rates = {name: batch.num_graphs / statistics.median(t) for name, t in times.items()}
         pairs = [a / g for g, a in zip(times["gtscale"], times["authors"])]
         results.append({
@@ -420,17 +422,17 @@ def run_authors(args: argparse.Namespace) -> int:
         })
     atoms = batch.node_mask.sum(dim=1)
     setup = {
-        "model": str(args.model), "authors": str(args.authors.resolve()), "batch_size": args.batch_size,
+        "model": str(model), "authors": str(authors.resolve()), "batch_size": batch_size,
         "atoms_mean": atoms.float().mean().item(), "atoms_max": int(atoms.max()), "padded_nodes": batch.max_nodes,
-        "seed": args.seed, "threads": args.threads, "steps": args.steps, "warmup": args.warmup, "torch": torch.__version__,
+        "seed": seed, "threads": threads, "steps": steps, "warmup": warmup, "torch": torch.__version__,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({platform.processor() or platform.machine()})",
         "parameters": count["gtscale"], "agreement": agreement, "checked_on": f"{len(checks)} batch(es)",
         "load_average_before": load_before, "load_average_after": os.getloadavg()[0],
     }
     _print(setup, results)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(args.json, json.dumps({"setup": setup, "results": results}, indent=2) + "\n")
+    if json_path:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(json_path, json.dumps({"setup": setup, "results": results}, indent=2) + "\n")
     return 0
 
 

@@ -1,12 +1,14 @@
 """`launch/gpu-check --budget SECONDS --out DIR`: a GPU node's health and speed within a time budget.
 
+(The command line is cli/gpu_check.py.)
+
 Steps, in this order; each gets at most its share of the budget and what is left of it, a step
 that would start with less than a minute left is skipped and reported, and a failed step does not
 stop the ones after it:
 
 1. shard: the bundled nci-tpsa molecules (`--shards` reuses a shard folder);
 2. train: nci-tpsa for 50 steps on every GPU (torchrun, one process per GPU), NCCL, DeepSpeed
-   ZeRO-2 in bf16 (the `zero2` preset); the run's backend is read back from its config.yaml;
+   ZeRO-2 in bf16 (the `zero2` preset); the run's backend is read back from its config.resolved.yaml;
 3. resume: the same run killed (every process under the launcher) after its step-20 checkpoint,
    resumed with `--resume auto`, and its losses of steps 21-50 compared with the uninterrupted run's;
    steps 1-20 of the two runs (both from scratch) give the run-to-run spread of the kernels to judge by;
@@ -31,7 +33,6 @@ arguments or no CUDA device.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -42,8 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gtscale.bench.gpu_report import StepRecord, write_report
-from gtscale.config import CONFIG_ROOT
-from gtscale.errors import EXIT_USER_ERROR, UserError
+from gtscale.errors import UserError
 
 #: The models of the benchmark step.
 BENCH_MODELS = ("egt-small", "egt-medium", "graphormer-base")
@@ -252,7 +252,9 @@ def run_and_kill(cmd: list[str], log: Path, env: dict[str, str], run_dir: Path, 
 def backend_of(run_dir: Path) -> str:
     import yaml
 
-    return str(yaml.safe_load((run_dir / "config.yaml").read_text()).get("backend", "?"))
+    from gtscale.train.resolve import recorded_path
+
+    return str(yaml.safe_load(recorded_path(run_dir).read_text()).get("backend", "?"))
 
 
 # --- the steps ----------------------------------------------------------------------------------
@@ -367,18 +369,6 @@ class Check:
         return jsons, profile_files
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", type=Path, required=True, help="a new or empty folder: the report, logs, shards and runs")
-    parser.add_argument("--budget", type=float, default=600, help="seconds for the whole check (default 600)")
-    parser.add_argument("--shards", type=Path, default=None, help="nci-tpsa shards to reuse (default: shard them into --out)")
-    parser.add_argument("--config", default=str(CONFIG_ROOT / "tasks" / "nci-tpsa.yaml"), help="the training task (default: nci-tpsa)")
-    parser.add_argument("--bench-models", nargs="*", default=list(BENCH_MODELS), help="models for `gtscale bench model` (none: skip)")
-    parser.add_argument("--batch", type=int, action="append", default=None,
-                        help="molecules per GPU of each benchmark (repeatable; default 256; the first is profiled)")
-    parser.add_argument("--compile", action="store_true", help="train with the model compiled (compile.enabled, pad_to_bucket)")
-    parser.add_argument("--cpu", action="store_true", help="the same flow on 2 CPU processes (gloo), few steps: for tests")
-
-
 def claim_empty(out: Path) -> Path:
     """--out must be new or empty: its runs would otherwise resume earlier ones."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -386,26 +376,17 @@ def claim_empty(out: Path) -> Path:
     return out.resolve()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="launch/gpu-check", description=__doc__.split("\n")[0],
-                                     epilog="Details: gtscale/bench/gpu_check.py and docs/speed.md.")
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        if args.budget <= 0 or any(b < 1 for b in args.batch or ()):
-            raise UserError("--budget and --batch must be positive")
-        out = claim_empty(args.out)
-        p = plan(args.cpu, args.compile, out, tuple(args.batch or ()))
-    except UserError as err:
-        print(f"gpu-check: {err}", file=sys.stderr)
-        return EXIT_USER_ERROR
+def gpu_check(p: Plan, out: Path, budget: float, config: str, shards: Path | None, bench_models: list[str]) -> int:
+    """Run the plan's steps into `out` (claimed by claim_empty) within `budget` seconds, training
+    `config`, on `shards` (None: shard them first), benchmarking `bench_models`; write the report.
+    0 when every step passed, else 1."""
     # Stopped from outside (`timeout`, a scheduler): unwind, so that every launch under way is ended
     # with its ranks (run_logged, run_and_kill) instead of left running on the GPUs.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     out.mkdir(parents=True, exist_ok=True)
-    check = Check(p, Budget(args.budget), out, args.config)
+    check = Check(p, Budget(budget), out, config)
 
-    shards = args.shards.resolve() if args.shards else check.shard()
+    shards = shards.resolve() if shards else check.shard()
     reference = None
     if shards:
         reference = check.train(shards)
@@ -415,14 +396,10 @@ def main(argv: list[str] | None = None) -> int:
         check.resume(shards, reference)
     else:
         check.record("resume", "skipped: no uninterrupted run to compare with", time.monotonic())
-    jsons, profile_files = check.bench(args.bench_models)
+    jsons, profile_files = check.bench(bench_models)
 
-    print(write_report(out, p.device, args.budget, check.steps, check.lines, jsons, profile_files))
+    print(write_report(out, p.device, budget, check.steps, check.lines, jsons, profile_files))
     failed = [s.name for s in check.steps if not s.ok]
     print(f"gpu-check: {'FAILED: ' + ', '.join(failed) if failed else 'all checks passed'} in {sum(s.seconds for s in check.steps):.0f} s; "
           f"report {out / 'summary.md'}")
     return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

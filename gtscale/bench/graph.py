@@ -19,7 +19,6 @@ The generated graph is written as a plain folder first (its time is reported, no
 
 from __future__ import annotations
 
-import argparse
 import os
 import resource
 import subprocess
@@ -39,21 +38,6 @@ from gtscale.prep.structure import StructureOptions
 
 TARGETS = {"build_s": 180.0, "build_peak_rss_gib": 6.0, "open_s": 1.0, "ego_per_s_per_core": 2000.0, "induced_5pct_s": 5.0,
            "ego_shard_records_per_s_per_core": 1000.0}
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--nodes", type=int, default=TSOCIAL_NODES, help=f"nodes of the generated graph (default T-Social's {TSOCIAL_NODES:,})")
-    parser.add_argument("--edges", type=int, default=TSOCIAL_EDGES, help=f"edges drawn (default T-Social's {TSOCIAL_EDGES:,})")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--fanouts", default="16,16", help="per-hop fan-out caps of the ego sampler")
-    parser.add_argument("--max-nodes", type=int, default=64, help="node cap of an ego subgraph")
-    parser.add_argument("--svd-rank", type=int, default=8)
-    parser.add_argument("--ego-targets", type=int, default=4000, help="ego subgraphs timed (gtscale)")
-    parser.add_argument("--baseline-targets", type=int, default=100, help="ego subgraphs timed (scipy + Python BFS)")
-    parser.add_argument("--shard-targets", type=int, default=2000, help="ego records written to a shard (timed)")
-    parser.add_argument("--fraction", type=float, default=0.05, help="node fraction of the induced subgraph")
-    parser.add_argument("--workdir", help="where the generated graph and store go (default: a temporary folder)")
-    parser.add_argument("--json", dest="json_path", help="also write the figures to this JSON file")
 
 
 def _write_plain(folder: Path, nodes: int, edges: int, seed: int) -> None:
@@ -125,18 +109,22 @@ def _ego_rates(store: GraphStore, targets: np.ndarray, fanouts, max_nodes: int, 
             "mean_nodes": float(np.mean([len(s.nodes) for s in subs])), "mean_edges": float(np.mean([s.edge_index.shape[1] for s in subs]))}
 
 
-def run(args: argparse.Namespace) -> int:
-    claim_json(args.json_path)
+def bench_graph(*, nodes: int = TSOCIAL_NODES, edges: int = TSOCIAL_EDGES, seed: int = 0, fanouts: str = "16,16", max_nodes: int = 64,
+                svd_rank: int = 8, ego_targets: int = 4000, baseline_targets: int = 100, shard_targets: int = 2000,
+                fraction: float = 0.05, workdir: str | None = None, json_path: str | None = None) -> int:
+    """Huge-graph CSR build, store open, ego / induced sampling against scipy + Python BFS, on a
+    generated graph of `nodes` and `edges`."""
+    claim_json(json_path)
     import scipy.sparse as sp
     import torch
     from threadpoolctl import threadpool_limits
 
-    fanouts = tuple(int(f) for f in args.fanouts.split(","))
+    caps = tuple(int(f) for f in fanouts.split(","))
     load_before = os.getloadavg()
-    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         work = Path(tmp)
         start = time.perf_counter()
-        _write_plain(work / "plain", args.nodes, args.edges, args.seed)
+        _write_plain(work / "plain", nodes, edges, seed)
         generate_s = time.perf_counter() - start
         build_s, build_rss = _build_in_child(work / "plain", work / "store")
         (work / "plain" / "edges.npy").unlink()  # free the disk before sampling
@@ -146,48 +134,48 @@ def run(args: argparse.Namespace) -> int:
 
         threadpool_limits(1)  # one core: the per-core figures
         torch.set_num_threads(1)
-        options = StructureOptions(spd=True, degree=True, svd_rank=args.svd_rank, lap_k=0)
-        rng = np.random.default_rng(args.seed)
-        targets = rng.integers(0, store.num_nodes, args.ego_targets)
-        ego = _ego_rates(store, targets, fanouts, args.max_nodes, args.seed, options)
+        options = StructureOptions(spd=True, degree=True, svd_rank=svd_rank, lap_k=0)
+        rng = np.random.default_rng(seed)
+        targets = rng.integers(0, store.num_nodes, ego_targets)
+        ego = _ego_rates(store, targets, caps, max_nodes, seed, options)
         adj = sp.csr_matrix((np.ones(len(store.indices), np.float32), store.indices, store.indptr), shape=(store.num_nodes,) * 2)
         start = time.perf_counter()
-        for t in targets[: args.baseline_targets].tolist():
-            baseline_ego(adj, t, fanouts, args.max_nodes, args.seed, args.svd_rank)
-        baseline_rate = args.baseline_targets / (time.perf_counter() - start)
+        for t in targets[: baseline_targets].tolist():
+            baseline_ego(adj, t, caps, max_nodes, seed, svd_rank)
+        baseline_rate = baseline_targets / (time.perf_counter() - start)
 
-        shard_targets = np.sort(targets[: args.shard_targets])
-        shard_options = EgoShardOptions(options, fanouts, args.max_nodes, args.seed, shard_size=len(shard_targets))
+        sharded = np.sort(targets[: shard_targets])
+        shard_options = EgoShardOptions(options, caps, max_nodes, seed, shard_size=len(sharded))
         start, cpu = time.perf_counter(), time.process_time()
-        shard_graph_ego(work / "store", {"train": shard_targets}, {"bench": True}, work / "shards", shard_options, workers=1, progress=False)
-        shard_rate = len(shard_targets) / (time.perf_counter() - start)
-        shard_cpu_rate = len(shard_targets) / (time.process_time() - cpu)  # workers=1: all in this process
+        shard_graph_ego(work / "store", {"train": sharded}, {"bench": True}, work / "shards", shard_options, workers=1, progress=False)
+        shard_rate = len(sharded) / (time.perf_counter() - start)
+        shard_cpu_rate = len(sharded) / (time.process_time() - cpu)  # workers=1: all in this process
 
         induced_s, induced_scipy_s = [], []
         for round_seed in range(3):  # interleaved rounds (the first also warms the page cache); best reported
             start = time.perf_counter()
-            nodes, edge_index = induced_subgraph(store.indptr, store.indices, args.fraction, args.seed + round_seed)
+            induced_nodes, edge_index = induced_subgraph(store.indptr, store.indices, fraction, seed + round_seed)
             induced_s.append(time.perf_counter() - start)
             start = time.perf_counter()
-            drawn = np.sort(np.random.default_rng(args.seed + round_seed).choice(store.num_nodes, len(nodes), replace=False))
+            drawn = np.sort(np.random.default_rng(seed + round_seed).choice(store.num_nodes, len(induced_nodes), replace=False))
             ref = adj[drawn][:, drawn]
             induced_scipy_s.append(time.perf_counter() - start)
         induced_s, induced_scipy_s = min(induced_s), min(induced_scipy_s)
         manifest = store.manifest
     rate = ego["with_structure_per_s"]
     result = {
-        "graph": {"nodes": args.nodes, "edges_drawn": args.edges, "undirected_edges": manifest["num_edges"], "seed": args.seed},
+        "graph": {"nodes": nodes, "edges_drawn": edges, "undirected_edges": manifest["num_edges"], "seed": seed},
         "load_average_before_after": [list(load_before), list(os.getloadavg())],
         "generate_s": generate_s,
         "build_s": build_s,
         "build_peak_rss_gib": build_rss,
         "open_s": open_s,
-        "ego": {"fanouts": fanouts, "max_nodes": args.max_nodes, "svd_rank": args.svd_rank, "targets": args.ego_targets, **ego,
-                "baseline_targets": args.baseline_targets, "baseline_with_structure_per_s": baseline_rate,
+        "ego": {"fanouts": caps, "max_nodes": max_nodes, "svd_rank": svd_rank, "targets": ego_targets, **ego,
+                "baseline_targets": baseline_targets, "baseline_with_structure_per_s": baseline_rate,
                 "vs_baseline": rate / baseline_rate},
         "ego_shard_records_per_s": shard_rate,
         "ego_shard_records_per_cpu_s": shard_cpu_rate,
-        "induced": {"fraction": args.fraction, "nodes": len(nodes), "edges": int(edge_index.shape[1]), "seconds": induced_s,
+        "induced": {"fraction": fraction, "nodes": len(induced_nodes), "edges": int(edge_index.shape[1]), "seconds": induced_s,
                     "scipy_seconds": induced_scipy_s, "scipy_edges": int(ref.nnz), "vs_scipy": induced_scipy_s / induced_s},
         "projected_ego_all_tsocial_nodes_s": {str(c): TSOCIAL_NODES / (rate * c) for c in (2, 64)},
     }
@@ -198,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
         "ego_shard_records_per_s_per_core": shard_rate >= TARGETS["ego_shard_records_per_s_per_core"],
     }
     _print(result)
-    write_json(args.json_path, result, "graph")
+    write_json(json_path, result, "graph")
     return 0
 
 

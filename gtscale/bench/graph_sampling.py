@@ -18,7 +18,6 @@ val / test); Adam at a constant learning rate, the weighted BCE of node tasks.
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing
 import os
 import resource
@@ -34,26 +33,6 @@ from gtscale.errors import UserError
 from gtscale.graphs.synthetic import TSOCIAL_EDGES, TSOCIAL_NODES
 
 TARGETS = {"test_auroc": 0.95, "fanout_targets_per_cpu_s": 5000.0, "full_inference_s": 600.0, "full_inference_peak_rss_gib": 8.0}
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--store", help="an existing store to use (default: generate one into --workdir)")
-    parser.add_argument("--nodes", type=int, default=TSOCIAL_NODES, help=f"generated graph: nodes (default T-Social's {TSOCIAL_NODES:,})")
-    parser.add_argument("--edges", type=int, default=TSOCIAL_EDGES, help=f"generated graph: edges drawn (default T-Social's {TSOCIAL_EDGES:,})")
-    parser.add_argument("--neighbour-signal", type=float, default=0.5, help="generated graph: the neighbours' share of the label score (default 0.5)")
-    parser.add_argument("--anomaly-ratio", type=float, default=0.03)
-    parser.add_argument("--seed", type=int, default=0, help="graph, split, model and sampling seed")
-    parser.add_argument("--model", default="et-tsocial", help="sparse ET model config (default et-tsocial)")
-    parser.add_argument("--model-overrides", default="{}", help="YAML mapping over the model config, e.g. '{width: 32, num_heads: 2}'")
-    parser.add_argument("--samplers", default="induced,fanout", help="comma-separated: induced, fanout")
-    parser.add_argument("--fraction", type=float, default=0.05, help="induced: node fraction per subgraph")
-    parser.add_argument("--fanouts", default="15,10", help="fanout: neighbours per node at each hop")
-    parser.add_argument("--batch-targets", type=int, default=1024, help="fanout: targets per batch")
-    parser.add_argument("--lr", type=float, default=2e-3)
-    parser.add_argument("--train-cpu-seconds", type=float, default=300.0, help="training budget of each sampler, CPU seconds on one core")
-    parser.add_argument("--eval-targets", type=int, default=50_000, help="random test nodes scored by sampled evaluation")
-    parser.add_argument("--workdir", default=None, help="folder for the temporary folder of the generated store, weights and node states")
-    parser.add_argument("--json", dest="json_path", help="also write the figures to this JSON file")
 
 
 def _peak_rss_gib() -> float:
@@ -186,65 +165,71 @@ def _features_only(store_path: str, seed: int, subset: np.ndarray) -> dict:
             "peak_rss_gib": _peak_rss_gib()}
 
 
-def _generate(args: argparse.Namespace, out: Path) -> tuple[str, float]:
+def _generate(nodes: int, edges: int, seed: int, anomaly_ratio: float, neighbour_signal: float, out: Path) -> tuple[str, float]:
     from gtscale.graphs.store import build_store
     from gtscale.graphs.synthetic import synthetic_source
 
     wall = time.perf_counter()
-    build_store(synthetic_source(args.nodes, args.edges, args.seed, anomaly_ratio=args.anomaly_ratio, neighbour_signal=args.neighbour_signal),
+    build_store(synthetic_source(nodes, edges, seed, anomaly_ratio=anomaly_ratio, neighbour_signal=neighbour_signal),
                 out, progress=False)
     return str(out), time.perf_counter() - wall
 
 
-def run(args: argparse.Namespace) -> int:
+def bench_graph_sampling(*, store: str | None = None, nodes: int = TSOCIAL_NODES, edges: int = TSOCIAL_EDGES, neighbour_signal: float = 0.5,
+                         anomaly_ratio: float = 0.03, seed: int = 0, model: str = "et-tsocial", model_overrides: str = "{}",
+                         samplers: str = "induced,fanout", fraction: float = 0.05, fanouts: str = "15,10", batch_targets: int = 1024,
+                         lr: float = 2e-3, train_cpu_seconds: float = 300.0, eval_targets: int = 50_000, workdir: str | None = None,
+                         json_path: str | None = None) -> int:
+    """Features-only, induced and fan-out training of the sparse ET `model` on the store `store` (default:
+    a generated one whose labels depend on the neighbours): test AUROC sampled and full, targets/s, memory."""
     import tempfile
 
     from gtscale.graphs.store import GraphStore
     from gtscale.models import load_model_config
 
-    claim_json(args.json_path)
-    samplers = [s for s in args.samplers.split(",") if s]
-    if not samplers or any(s not in ("induced", "fanout") for s in samplers):
-        raise UserError(f"--samplers: choose from induced, fanout (got {args.samplers!r})")
-    overrides = yaml.safe_load(args.model_overrides) or {}
+    claim_json(json_path)
+    chosen = [s for s in samplers.split(",") if s]
+    if not chosen or any(s not in ("induced", "fanout") for s in chosen):
+        raise UserError(f"--samplers: choose from induced, fanout (got {samplers!r})")
+    overrides = yaml.safe_load(model_overrides) or {}
     if not isinstance(overrides, dict):
-        raise UserError(f"--model-overrides: a YAML mapping, got {args.model_overrides!r}")
+        raise UserError(f"--model-overrides: a YAML mapping, got {model_overrides!r}")
     load_before = os.getloadavg()
-    if args.workdir:
-        Path(args.workdir).mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
+    if workdir:
+        Path(workdir).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         work = Path(tmp)
-        store_path, generate_s = (args.store, 0.0) if args.store else _generate(args, work / "store")
-        store = GraphStore.open(store_path)
-        model_cfg = load_model_config(args.model) | overrides | {
-            "node_float_dim": int(store.manifest["num_features"]), "head": {"kind": "node", "num_outputs": 1, "hidden": []}}
+        store_path, generate_s = (store, 0.0) if store else _generate(nodes, edges, seed, anomaly_ratio, neighbour_signal, work / "store")
+        graph = GraphStore.open(store_path)
+        model_cfg = load_model_config(model) | overrides | {
+            "node_float_dim": int(graph.manifest["num_features"]), "head": {"kind": "node", "num_outputs": 1, "hidden": []}}
         if model_cfg.get("form") != "sparse":
-            raise UserError(f"--model: {args.model!r} is not the sparse ET (form: sparse)")
-        spec = {"store": store_path, "seed": args.seed, "model": model_cfg, "fraction": args.fraction, "lr": args.lr,
-                "fanouts": [int(f) for f in args.fanouts.split(",")], "batch_targets": args.batch_targets,
-                "train_cpu_seconds": args.train_cpu_seconds}
+            raise UserError(f"--model: {model!r} is not the sparse ET (form: sparse)")
+        spec = {"store": store_path, "seed": seed, "model": model_cfg, "fraction": fraction, "lr": lr,
+                "fanouts": [int(f) for f in fanouts.split(",")], "batch_targets": batch_targets,
+                "train_cpu_seconds": train_cpu_seconds}
         from gtscale.graphs.splits import ratio_split
 
-        test = ratio_split(np.asarray(store.labels), 0.4, args.seed)["test"]
-        subset = np.sort(np.random.default_rng(args.seed).choice(test, min(args.eval_targets, len(test)), replace=False))
-        rows = {"features-only": _in_own_process(_features_only, store_path, args.seed, subset)}
-        for sampler in samplers:
+        test = ratio_split(np.asarray(graph.labels), 0.4, seed)["test"]
+        subset = np.sort(np.random.default_rng(seed).choice(test, min(eval_targets, len(test)), replace=False))
+        rows = {"features-only": _in_own_process(_features_only, store_path, seed, subset)}
+        for sampler in chosen:
             weights = str(work / f"{sampler}.pt")
             row = {"train": _in_own_process(_train, spec, sampler, weights)}
             row["sampled"] = _in_own_process(_eval_sampled, spec, sampler, weights, subset)
             row["full"] = _in_own_process(_eval_full, spec, weights, subset, str(work))
             rows[sampler] = row
     result = {
-        "graph": {"store": args.store or "generated", "nodes": store.num_nodes, "undirected_edges": store.num_edges,
-                  "neighbour_signal": store.manifest["build"]["source"].get("neighbour_signal"), "generate_s": generate_s},
+        "graph": {"store": store or "generated", "nodes": graph.num_nodes, "undirected_edges": graph.num_edges,
+                  "neighbour_signal": graph.manifest["build"]["source"].get("neighbour_signal"), "generate_s": generate_s},
         "model": {k: model_cfg[k] for k in ("width", "num_heads", "head_dim", "num_memories", "num_steps", "self_loops")},
-        "settings": {"fraction": args.fraction, "fanouts": spec["fanouts"], "batch_targets": args.batch_targets, "lr": args.lr,
-                     "train_cpu_seconds": args.train_cpu_seconds, "eval_targets": len(subset), "seed": args.seed},
+        "settings": {"fraction": fraction, "fanouts": spec["fanouts"], "batch_targets": batch_targets, "lr": lr,
+                     "train_cpu_seconds": train_cpu_seconds, "eval_targets": len(subset), "seed": seed},
         "load_average_before_after": [list(load_before), list(os.getloadavg())],
         "rows": rows,
     }
     _print(result)
-    write_json(args.json_path, result, "graph-sampling")
+    write_json(json_path, result, "graph-sampling")
     return 0
 
 

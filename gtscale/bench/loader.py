@@ -21,7 +21,6 @@ can be fed at is the row's graphs/s/worker × N.
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 import time
@@ -44,19 +43,6 @@ from gtscale.format.tario import sample_key, write_shard
 TARGETS = {"egt_graphs_per_s": 5000, "path_edges_graphs_per_s": 2000, "padding_efficiency": 0.90}
 EGT_KEYS = [schema.SPD, schema.IN_DEGREE, schema.OUT_DEGREE, schema.SVD_PE, schema.Y]
 GRAPHORMER_KEYS = [schema.SPD, schema.IN_DEGREE, schema.OUT_DEGREE, schema.Y]
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--shards", type=Path, default=None, help="manifest folder to read (default: build NCI shards in a temp folder)")
-    parser.add_argument("--split", default="train", help="split of --shards to read (default train)")
-    parser.add_argument("--molecules", type=int, default=3000, help="molecules in the built shards (default 3000)")
-    parser.add_argument("--shard-size", type=int, default=500, help="samples per built shard (default 500)")
-    parser.add_argument("--node-budget", type=int, default=4096, help="padded nodes per bucketed batch (default 4096)")
-    parser.add_argument("--max-dist", type=int, default=5, help="Graphormer path-edge hops D (default 5)")
-    parser.add_argument("--seconds", type=float, default=2.0, help="least timed seconds per row (default 2)")
-    parser.add_argument("--workers", type=int, default=0, help="also time the EGT bucketed row through this many DataLoader worker processes (default 0: in-process rows only)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
 
 
 def build_nci_shards(root: Path, count: int, shard_size: int, seed: int) -> Path:
@@ -126,21 +112,21 @@ def measure(manifest: dict, split: str, config: LoaderConfig, seconds: float) ->
     }
 
 
-def _rows(manifest: dict, split: str, args: argparse.Namespace) -> list[dict]:
-    base = LoaderConfig(num_workers=0, node_budget=args.node_budget, seed=args.seed)
+def _rows(manifest: dict, split: str, node_budget: int, seed: int, max_dist: int, seconds: float, workers: int) -> list[dict]:
+    base = LoaderConfig(num_workers=0, node_budget=node_budget, seed=seed)
     rows = []
-    for name, keys, max_dist in (("EGT", EGT_KEYS, 0), (f"Graphormer (D={args.max_dist})", GRAPHORMER_KEYS, args.max_dist)):
-        bucketed = replace(base, keys=keys, path_edges_max_dist=max_dist)
-        result = measure(manifest, split, bucketed, args.seconds)
-        rows.append({"batch": name, "batching": f"node budget {args.node_budget}, bucketed", **result})
+    for name, keys, hops in (("EGT", EGT_KEYS, 0), (f"Graphormer (D={max_dist})", GRAPHORMER_KEYS, max_dist)):
+        bucketed = replace(base, keys=keys, path_edges_max_dist=hops)
+        result = measure(manifest, split, bucketed, seconds)
+        rows.append({"batch": name, "batching": f"node budget {node_budget}, bucketed", **result})
         per_batch = max(1, round(result["graphs_per_batch"]))
         fixed = replace(bucketed, batching="graphs", batch_size=per_batch, bucketing=False)
-        rows.append({"batch": name, "batching": f"{per_batch} graphs, random", **measure(manifest, split, fixed, args.seconds)})
-    if args.workers:
-        config = replace(base, keys=EGT_KEYS, num_workers=args.workers)
-        result = measure(manifest, split, config, args.seconds)
-        per_worker = {**result, "graphs_per_s": result["graphs_per_s"] / args.workers, "total_graphs_per_s": result["graphs_per_s"]}
-        rows.append({"batch": "EGT", "batching": f"node budget {args.node_budget}, bucketed, {args.workers} worker process(es)", **per_worker})
+        rows.append({"batch": name, "batching": f"{per_batch} graphs, random", **measure(manifest, split, fixed, seconds)})
+    if workers:
+        config = replace(base, keys=EGT_KEYS, num_workers=workers)
+        result = measure(manifest, split, config, seconds)
+        per_worker = {**result, "graphs_per_s": result["graphs_per_s"] / workers, "total_graphs_per_s": result["graphs_per_s"]}
+        rows.append({"batch": "EGT", "batching": f"node budget {node_budget}, bucketed, {workers} worker process(es)", **per_worker})
     return rows
 
 
@@ -169,25 +155,28 @@ def _node_counts(manifest: dict, split: str) -> list[int]:
     ]
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.molecules < 1 or args.shard_size < 1 or args.node_budget < 1 or args.max_dist < 1 or args.seconds <= 0:
+def bench_loader(*, shards: Path | None = None, split: str = "train", molecules: int = 3000, shard_size: int = 500, node_budget: int = 4096,
+                 max_dist: int = 5, seconds: float = 2.0, workers: int = 0, seed: int = 0, json_path: Path | None = None) -> int:
+    """Decode + collate graphs/s of `shards` (default: `molecules` NCI molecules sharded into a
+    temporary folder) per batching, and padding efficiency."""
+    if molecules < 1 or shard_size < 1 or node_budget < 1 or max_dist < 1 or seconds <= 0:
         raise UserError("--molecules, --shard-size, --node-budget, --max-dist and --seconds must be positive")
-    if args.workers < 0:
+    if workers < 0:
         raise UserError("--workers must be >= 0")
-    claim_json(args.json)
+    claim_json(json_path)
     with tempfile.TemporaryDirectory(prefix="gtscale-bench-loader-") as tmp:
-        root = args.shards if args.shards is not None else build_nci_shards(Path(tmp), args.molecules, args.shard_size, args.seed)
+        root = shards if shards is not None else build_nci_shards(Path(tmp), molecules, shard_size, seed)
         manifest = load_manifest(root)
-        sizes = _node_counts(manifest, args.split)
+        sizes = _node_counts(manifest, split)
         setup = {
-            "shards": str(args.shards) if args.shards is not None else f"built: NCI sampled to PCQM4Mv2 sizes (seed {args.seed})",
+            "shards": str(shards) if shards is not None else f"built: NCI sampled to PCQM4Mv2 sizes (seed {seed})",
             "samples": len(sizes),
-            "num_shards": len(manifest["splits"][args.split]["shards"]),
+            "num_shards": len(manifest["splits"][split]["shards"]),
             "nodes_mean": float(np.mean(sizes)),
             "nodes_max": int(np.max(sizes)),
-            "seconds": args.seconds,
+            "seconds": seconds,
         }
-        rows = _rows(manifest, args.split, args)
+        rows = _rows(manifest, split, node_budget, seed, max_dist, seconds, workers)
     _print(setup, rows)
-    write_json(args.json, {"setup": setup, "rows": rows, "targets": TARGETS}, "loader", indent=2)
+    write_json(json_path, {"setup": setup, "rows": rows, "targets": TARGETS}, "loader", indent=2)
     return 0

@@ -36,7 +36,6 @@ the same batch with the same parameters, and the ratios are printed.
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing
 import os
 import platform
@@ -69,41 +68,6 @@ PROFILE_ROWS = 15
 
 #: Inductor's cache for --compile: training's compile.cache_dir.
 DEFAULT_COMPILE_CACHE = CompileConfig().cache_dir
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default="egt-small", help="config name in configs/models/ or a YAML path")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--precision", nargs="+", choices=("fp32", "bf16"), default=["fp32", "bf16"])
-    parser.add_argument("--steps", type=int, default=10, help="timed training steps")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
-    parser.add_argument("--pad-to", type=int, default=None, help="pad to this many nodes (molecules at most this big)")
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="CPU threads (torch.set_num_threads)")
-    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (cuda when present)")
-    parser.add_argument("--checkpointing", action="store_true", help="activation checkpointing per layer")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--peak-tflops", type=float, default=None, help="device peak for MFU when not in the built-in table")
-    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
-    parser.add_argument("--graph", choices=("auto", "molecules", "generated"), default="auto",
-                        help="molecules (dense batch) or a generated large graph; auto = generated for sparse ET")
-    parser.add_argument("--nodes", type=int, default=50_000, help="generated graph: nodes")
-    parser.add_argument("--edges", type=int, default=500_000, help="generated graph: directed edges")
-    parser.add_argument("--graph-nodes", type=int, default=1000, help="generated graph for MNA-GT: nodes per (ego) subgraph")
-    parser.add_argument("--no-reference", action="store_true", help="skip the plain implementation (ET, MNA-GT)")
-    parser.add_argument("--authors", type=Path, default=None, metavar="PATH",
-                        help="time against the authors' code in this checkout (egt_pytorch or Graphormer; bench/authors.py)")
-    parser.add_argument("--kernels", nargs="+", default=None, metavar="SPEC",
-                        help="time every row with each of these kernel selections, side by side: fast, reference or a "
-                             f"comma-separated list of {', '.join(kernels.KERNELS)} (default: GTSCALE_KERNELS, else fast)")
-    parser.add_argument("--compile", action="store_true", help="also time the model under torch.compile (fullgraph), side by side with eager")
-    parser.add_argument("--cuda-graphs", action="store_true",
-                        help="also time it compiled with CUDA graphs (mode reduce-overhead: the step replays captured kernels); CUDA only")
-    parser.add_argument("--profile", type=Path, default=None, metavar="FILE.md",
-                        help="profile one more step per row (torch.profiler) and write its costliest kernels here (--profile-rows)")
-    parser.add_argument("--profile-rows", type=int, default=PROFILE_ROWS, metavar="N",
-                        help=f"kernels (CPU: operators) per row of --profile's table (default {PROFILE_ROWS})")
-    parser.add_argument("--compile-cache", type=Path, default=Path(DEFAULT_COMPILE_CACHE), metavar="DIR",
-                        help="inductor's cache for --compile (default: training's compile.cache_dir; it must be private to you)")
 
 
 # --- the generated graph ---------------------------------------------------------------------
@@ -372,71 +336,75 @@ def _has_plain(cfg: dict) -> bool:
     return cfg.get("name") in ("et", "mnagt")
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.authors is not None:
-        from gtscale.bench.authors import run_authors
-
-        return run_authors(args)
-    if args.batch_size < 1 or args.steps < 1 or args.warmup < 0 or args.threads < 1 or args.nodes < 1 or args.edges < 0 or args.graph_nodes < 1 \
-            or args.profile_rows < 1:
+def bench_model(*, model: str = "egt-small", batch_size: int = 32, precisions: list[str] = ("fp32", "bf16"), steps: int = 10,
+                warmup: int = 3, pad_to: int | None = None, threads: int = 1, device: str = "auto", checkpointing: bool = False,
+                seed: int = 0, peak_tflops: float | None = None, json_path: Path | None = None, graph: str = "auto",
+                nodes: int = 50_000, edges: int = 500_000, graph_nodes: int = 1000, reference: bool = True,
+                kernel_selections: list[str] | None = None, compile: bool = False, cuda_graphs: bool = False,
+                profile: Path | None = None, profile_rows: int = PROFILE_ROWS, compile_cache: Path = Path(DEFAULT_COMPILE_CACHE)) -> int:
+    """Time training steps of `model` (module docstring): one row per precision × implementation (model,
+    compiled, cudagraph, plain unless not `reference`) × kernel selection, each in a fresh process;
+    printed, and written to `json_path` and `profile` when given."""
+    if batch_size < 1 or steps < 1 or warmup < 0 or threads < 1 or nodes < 1 or edges < 0 or graph_nodes < 1 \
+            or profile_rows < 1:
         raise UserError("--batch-size, --steps, --threads, --nodes, --graph-nodes and --profile-rows must be positive, --warmup and --edges >= 0")
-    if args.compile or args.cuda_graphs:
-        private_cache_dir(args.compile_cache)  # refused here, in one line, rather than in the row's process
-    selections = args.kernels or [os.environ.get("GTSCALE_KERNELS", "fast")]
+    if compile or cuda_graphs:
+        private_cache_dir(compile_cache)  # refused here, in one line, rather than in the row's process
+    selections = kernel_selections or [os.environ.get("GTSCALE_KERNELS", "fast")]
     for selection in selections:
         kernels.parse(selection)  # refused here, in one line, rather than in the row's process
-    claim_json(args.json)
-    claim_markdown(args.profile, "model", "--profile")
-    cfg = load_model_config(args.model)
+    claim_json(json_path)
+    claim_markdown(profile, "model", "--profile")
+    cfg = load_model_config(model)
     typed = parse_model_config(cfg)
-    if args.checkpointing:
+    if checkpointing:
         cfg["activation_checkpointing"] = True
-    device = device_named(args.device)
-    if args.cuda_graphs and not device.startswith("cuda"):
+    device = device_named(device)
+    if cuda_graphs and not device.startswith("cuda"):
         raise UserError(f"--cuda-graphs: CUDA graphs need a CUDA device, and --device is {device}")
-    graph_kind = args.graph
+    graph_kind = graph
     if graph_kind == "auto":
         graph_kind = "generated" if getattr(typed, "form", None) == "sparse" else "molecules"
     if graph_kind == "generated" and not (cfg["name"] == "mnagt" or getattr(typed, "form", None) == "sparse"):
-        raise UserError(f"--graph generated: {args.model} is a dense model (use the sparse ET or MNA-GT)")
+        raise UserError(f"--graph generated: {model} is a dense model (use the sparse ET or MNA-GT)")
     setup = {
-        "model": str(args.model),
+        "model": str(model),
         "model_config": {k: v for k, v in cfg.items() if k != "head"} | {"head": _graph_head(cfg)},
         "graph": graph_kind,
-        "seed": args.seed,
+        "seed": seed,
         "device": torch.cuda.get_device_name(device) if device.startswith("cuda") else f"cpu ({platform.processor() or platform.machine()})",
-        "threads": args.threads,
+        "threads": threads,
         "torch": torch.__version__,
-        "steps": args.steps,
-        "warmup": args.warmup,
-        "checkpointing": args.checkpointing,
+        "steps": steps,
+        "warmup": warmup,
+        "checkpointing": checkpointing,
         "kernels": selections,
         "load_average_before": os.getloadavg()[0],
     }
     if graph_kind == "generated":
-        batch = generated_graph(args.nodes, args.edges, args.graph_nodes if cfg["name"] == "mnagt" else None, typed, args.seed)
-        setup |= {"nodes": args.nodes, "edges": args.edges, "num_graphs": batch.num_graphs}
+        batch = generated_graph(nodes, edges, graph_nodes if cfg["name"] == "mnagt" else None, typed, seed)
+        setup |= {"nodes": nodes, "edges": edges, "num_graphs": batch.num_graphs}
     else:
-        smiles = sample_molecules(args.batch_size, args.seed, args.pad_to or PCQM4MV2_MAX_ATOMS)
-        batch = molecule_batch(smiles, args.pad_to, getattr(typed, "svd_rank", 0), getattr(typed, "multi_hop_max_dist", 0), getattr(typed, "lap_k", 0))
+        smiles = sample_molecules(batch_size, seed, pad_to or PCQM4MV2_MAX_ATOMS)
+        batch = molecule_batch(smiles, pad_to, getattr(typed, "svd_rank", 0), getattr(typed, "multi_hop_max_dist", 0), getattr(typed, "lap_k", 0))
         atoms = batch.node_mask.sum(dim=1)
         setup |= {
-            "batch_size": args.batch_size,
+            "batch_size": batch_size,
             "padded_nodes": batch.max_nodes,
             "atoms_mean": atoms.float().mean().item(),
             "atoms_max": int(atoms.max()),
         }
-    implementations = (["model"] + (["compiled"] if args.compile else []) + (["cudagraph"] if args.cuda_graphs else [])
-                       + (["plain"] if _has_plain(cfg) and not args.no_reference else []))
+    implementations = (["model"] + (["compiled"] if compile else []) + (["cudagraph"] if cuda_graphs else [])
+                       + (["plain"] if _has_plain(cfg) and reference else []))
     context = multiprocessing.get_context("spawn")
     results = []
-    for precision in args.precision:
+    for precision in precisions:
         for implementation in implementations:
             for selection in selections:  # innermost: the selections of a row run one after the other
                 with context.Pool(1) as pool:
                     results.append(pool.apply(measure_with_kernels, (
-                        selection, cfg, batch, precision, args.steps, args.warmup, args.threads, device, args.seed, args.peak_tflops,
-                        implementation, args.profile_rows if args.profile is not None else 0, args.compile_cache)))
+                        selection, cfg, batch, precision, steps, warmup, threads, device, seed, peak_tflops,
+                        implementation, profile_rows if profile is not None else 0, compile_cache)))
                     # the worker ends on its own before the with-block's terminate: a terminated worker
                     # leaves the semaphores of inductor's compile workers to the resource tracker's warning
                     pool.close()
@@ -449,7 +417,7 @@ def run(args: argparse.Namespace) -> int:
             "speedup": by_key[(p, "model", k)]["nodes_per_s"] / by_key[(p, "plain", k)]["nodes_per_s"],
             "memory_saving": by_key[(p, "plain", k)]["peak_mem_mb"] / max(by_key[(p, "model", k)]["peak_mem_mb"], 1e-9),
         }
-        for p in args.precision for k in selections if (p, "plain", k) in by_key
+        for p in precisions for k in selections if (p, "plain", k) in by_key
     ]
     setup["compile_ratios"] = [
         {
@@ -459,7 +427,7 @@ def run(args: argparse.Namespace) -> int:
             "speedup": by_key[(p, impl, k)]["nodes_per_s"] / by_key[(p, "model", k)]["nodes_per_s"],
             "memory_saving": by_key[(p, "model", k)]["peak_mem_mb"] / max(by_key[(p, impl, k)]["peak_mem_mb"], 1e-9),
         }
-        for p in args.precision for impl in ("compiled", "cudagraph") for k in selections if (p, impl, k) in by_key
+        for p in precisions for impl in ("compiled", "cudagraph") for k in selections if (p, impl, k) in by_key
     ]
     setup["kernel_ratios"] = [
         {
@@ -469,12 +437,12 @@ def run(args: argparse.Namespace) -> int:
             "against": selections[0],
             "speedup": by_key[(p, impl, k)]["nodes_per_s"] / by_key[(p, impl, selections[0])]["nodes_per_s"],
         }
-        for p in args.precision for impl in implementations for k in selections[1:]
+        for p in precisions for impl in implementations for k in selections[1:]
     ]
     setup["load_average_after"] = os.getloadavg()[0]
     _print(setup, results)
-    write_json(args.json, {"setup": setup, "results": results}, "model", indent=2)
-    if args.profile is not None:
-        write_markdown(args.profile, profile_markdown(setup, results), "model", "--profile")
-        print(f"profile of one step per row: {args.profile}")
+    write_json(json_path, {"setup": setup, "results": results}, "model", indent=2)
+    if profile is not None:
+        write_markdown(profile, profile_markdown(setup, results), "model", "--profile")
+        print(f"profile of one step per row: {profile}")
     return 0

@@ -22,7 +22,6 @@ with the dataset) and CPU milliseconds per further molecule.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import os
 import resource
@@ -46,17 +45,6 @@ from gtscale.prep.writer import MoleculeTask, ShardOptions, build_shard
 PCQM4MV2_MOLECULES = 3_746_620
 #: Molecules of the small run that measures each process's start-up cost (--whole-process).
 STARTUP_MOLECULES = 100
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--limit", type=int, default=6000, help="molecules per round (default 6000)")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the median is reported")
-    parser.add_argument("--json", dest="json_path", help="also write the figures to this JSON file")
-    parser.add_argument("--whole-process", type=int, default=0, metavar="N",
-                        help="time the whole `gtscale shard pcqm4mv2 --workers 1` process on N molecules against a smiles2graph process")
-    parser.add_argument("--also-tree", action="append", default=[], metavar="DIR",
-                        help="with --whole-process: also time `gtscale shard` from the gtscale checkout DIR (run in DIR, so that its package is imported), "
-                        "in the same rounds: before/after figures of a change from one run")
 
 
 def bundled_smiles(limit: int) -> list[str]:
@@ -136,17 +124,17 @@ def _commands(root: Path, out: str, trees: list[str] = ()) -> dict[str, tuple[li
     return commands
 
 
-def run_whole_process(args: argparse.Namespace) -> int:
-    count = args.whole_process
+def bench_shard_processes(count: int, *, rounds: int = 3, json_path: str | None = None, trees: list[str] = ()) -> int:
+    """`gtscale shard pcqm4mv2 --workers 1` against a smiles2graph process, whole processes on `count`
+    molecules (also `gtscale shard` of each gtscale checkout in `trees`), median of `rounds`."""
     small = min(STARTUP_MOLECULES, count)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         write_pcqm4mv2_layout(tmp / "root", count)
         write_pcqm4mv2_layout(tmp / "small", small)
-        trees = args.also_tree
         times: dict[str, list[tuple[float, float]]] = {name: [] for name in _commands(tmp, "", trees)}
         startup: dict[str, list[float]] = {name: [] for name in times}
-        for round_ in range(args.rounds):
+        for round_ in range(rounds):
             for name, (argv, cwd) in _commands(tmp / "root", str(tmp / f"out{round_}"), trees).items():
                 times[name].append(_time_process(argv, cwd))
             for name, (argv, cwd) in _commands(tmp / "small", str(tmp / f"small{round_}"), trees).items():
@@ -161,29 +149,31 @@ def run_whole_process(args: argparse.Namespace) -> int:
     base, ours = rows[:2]
     for row in rows[1:]:
         row["ratio_cpu"] = base["cpu_s"] / row["cpu_s"]  # smiles2graph ÷ this process: ≥ 1 is as cheap as smiles2graph
-    result = {"molecules": count, "startup_molecules": small, "rounds": args.rounds, "rows": rows,
+    result = {"molecules": count, "startup_molecules": small, "rounds": rounds, "rows": rows,
               "ratio_wall": base["wall_s"] / ours["wall_s"], "ratio_cpu": base["cpu_s"] / ours["cpu_s"],
               "load_average": os.getloadavg()[0]}
-    print(f"{count} molecules, whole processes started afresh, median of {args.rounds} interleaved rounds (load average {result['load_average']:.1f})")
+    print(f"{count} molecules, whole processes started afresh, median of {rounds} interleaved rounds (load average {result['load_average']:.1f})")
     print(f"{'process':<24}{'wall s':>9}{'CPU s':>9}{'mol/s (CPU)':>13}{f'CPU s, {small} mol':>16}{'CPU ms/further mol':>20}{'s2g CPU ÷ this':>16}")
     for row in rows:
         print(f"{row['process']:<24}{row['wall_s']:>9.1f}{row['cpu_s']:>9.1f}{row['mol_per_s_cpu']:>13.0f}"
               f"{row[f'cpu_s_{small}_molecules']:>16.2f}{row['cpu_ms_per_further_molecule']:>20.3f}{row.get('ratio_cpu', 1.0):>16.2f}")
     print(f"gtscale shard / smiles2graph speed: {result['ratio_cpu']:.2f}x by CPU time, {result['ratio_wall']:.2f}x by wall clock")
-    write_json(args.json_path, result, "shard")
+    write_json(json_path, result, "shard")
     return 0
 
 
-def run(args: argparse.Namespace) -> int:
-    claim_json(args.json_path)
-    if args.whole_process:
-        return run_whole_process(args)
+def bench_shard(*, limit: int = 6000, rounds: int = 3, json_path: str | None = None, whole_process: int = 0, also_tree: list[str] = ()) -> int:
+    """Featurization + structure + serialization throughput on `limit` bundled molecules against
+    smiles2graph, median of `rounds`; with `whole_process`, bench_shard_processes instead."""
+    claim_json(json_path)
+    if whole_process:
+        return bench_shard_processes(whole_process, rounds=rounds, json_path=json_path, trees=also_tree)
     from ogb.utils import smiles2graph
     from rdkit import Chem
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(1)  # one core per sharding worker, as in the sharder
-    smiles = bundled_smiles(args.limit)
+    smiles = bundled_smiles(limit)
     graphs = []
     for s in smiles:
         try:
@@ -222,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
             "gtscale full path": (len(smiles), lambda: build_shard(task, out, options, "bench")),
         }
         seconds = {name: [] for name in stages}
-        for _ in range(args.rounds):
+        for _ in range(rounds):
             for name, (_, fn) in stages.items():
                 seconds[name].append(_timed(fn))
     baseline = len(valid) / statistics.median(seconds["ogb smiles2graph"])
@@ -235,17 +225,17 @@ def run(args: argparse.Namespace) -> int:
     result = {
         "molecules": len(smiles),
         "mean_atoms": mean_atoms,
-        "rounds": args.rounds,
+        "rounds": rounds,
         "structure": {"svd_rank": options.structure.svd_rank, "lap_k": options.structure.lap_k},
         "rows": rows,
         "full_path_vs_smiles2graph": full / baseline,
         "projected_pcqm4mv2_hours": {str(c): PCQM4MV2_MOLECULES / (full * c) / 3600 for c in (2, 64)},
     }
-    print(f"{len(smiles)} molecules (mean {mean_atoms:.1f} atoms), one core, median of {args.rounds} interleaved rounds")
+    print(f"{len(smiles)} molecules (mean {mean_atoms:.1f} atoms), one core, median of {rounds} interleaved rounds")
     print(f"{'stage':<22}{'mol/s':>10}{'× smiles2graph':>16}")
     for row in rows:
         print(f"{row['stage']:<22}{row['mol_per_s']:>10.0f}{row['vs_smiles2graph']:>16.2f}")
     for cores, hours in result["projected_pcqm4mv2_hours"].items():
         print(f"projected PCQM4Mv2 ({PCQM4MV2_MOLECULES:,} molecules) on {cores} cores: {hours * 60:.1f} min")
-    write_json(args.json_path, result, "shard")
+    write_json(json_path, result, "shard")
     return 0

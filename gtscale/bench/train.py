@@ -9,7 +9,6 @@ in interleaved rounds; the ratio loop / model-alone is what the pipeline costs. 
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import subprocess
@@ -17,16 +16,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", default="configs/tasks/nci-tpsa.yaml", help="training YAML (default: the quickstart's)")
-    parser.add_argument("--shards", default=None, help="shard folder (default: shard nci-tpsa into a temporary folder)")
-    parser.add_argument("--steps", type=int, default=40, help="steps per round and mode (default 40)")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the median is reported")
-    parser.add_argument("--workers", type=int, default=1, help="loader workers (default 1)")
-    parser.add_argument("overrides", nargs="*", help="dotted.key=value replacements of the training config")
-    parser.add_argument("--json", dest="json_path", help="also write the figures to this JSON file")
 
 
 def _warm_up(trainer, batches, steps: int) -> int:
@@ -51,10 +40,12 @@ def _rate(trainer, batches, steps: int) -> float:
     return graphs / (time.perf_counter() - start)
 
 
-def run(args: argparse.Namespace) -> int:
+def bench_train(*, config: str = "configs/tasks/nci-tpsa.yaml", shards: str | None = None, steps: int = 40, rounds: int = 3, workers: int = 1,
+                overrides: list[str] = (), json_path: str | None = None) -> int:
+    """Training-loop graphs/s of `config` against the model alone on pre-collated batches, median of `rounds`."""
     from gtscale.bench.report import claim_json, write_json
 
-    claim_json(args.json_path)
+    claim_json(json_path)
     from gtscale.train.launch_env import rendezvous_env
     from gtscale.train.preflight import load_train_config
     from gtscale.train.trainer import Trainer
@@ -63,31 +54,30 @@ def run(args: argparse.Namespace) -> int:
 
     os.environ.update(rendezvous_env(os.environ)[0])  # one process unless a launcher started this
     # Cores are shared out as a launcher would: loader workers get theirs, the model the rest.
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) - args.workers))
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) - workers))
     with tempfile.TemporaryDirectory() as tmp:
-        shards = args.shards
         if shards is None:
             shards = str(Path(tmp) / "shards")
             subprocess.run([sys.executable, "-m", "gtscale.cli", "shard", "nci-tpsa", "--out", shards, "--shard-size", "1000", "--no-progress"],
                            check=True)
-        overrides = [f"data.shards={shards}", f"run_dir={tmp}/run", f"data.loader.num_workers={args.workers}",
-                     "logging.progress=false", "logging.tensorboard=false", *args.overrides]
-        trainer = Trainer(load_train_config(args.config, overrides))
+        overrides = [f"data.shards={shards}", f"run_dir={tmp}/run", f"data.loader.num_workers={workers}",
+                     "logging.progress=false", "logging.tensorboard=false", *overrides]
+        trainer = Trainer(load_train_config(config, overrides))
         stream = trainer._train_batches()
-        warmup = _warm_up(trainer, stream, args.steps)
+        warmup = _warm_up(trainer, stream, steps)
         loop, alone = [], []
-        for _ in range(args.rounds):
-            loop.append(_rate(trainer, stream, args.steps))
-            cached = [next(stream) for _ in range(args.steps)]
-            alone.append(_rate(trainer, iter(cached), args.steps))
+        for _ in range(rounds):
+            loop.append(_rate(trainer, stream, steps))
+            cached = [next(stream) for _ in range(steps)]
+            alone.append(_rate(trainer, iter(cached), steps))
         result = {
-            "config": args.config,
-            "model": trainer.model_cfg.get("name"),
+            "config": config,
+            "model": trainer.resolved.model.get("name"),
             "parameters": sum(p.numel() for p in trainer.engine.module.parameters()),
-            "loader_workers": args.workers,
+            "loader_workers": workers,
             "torch_threads": torch.get_num_threads(),
-            "steps_per_round": args.steps,
-            "rounds": args.rounds,
+            "steps_per_round": steps,
+            "rounds": rounds,
             "warmup_steps": warmup,
             "compiled": trainer.cfg.compile.enabled,
             "batch_shapes": trainer.batch_shapes if trainer.cfg.compile.enabled else None,
@@ -95,12 +85,12 @@ def run(args: argparse.Namespace) -> int:
             "model_alone_graphs_per_s": statistics.median(alone),
         }
         result["loop_vs_model_alone"] = result["loop_graphs_per_s"] / result["model_alone_graphs_per_s"]
-    print(f"{result['model']} ({result['parameters']:,} parameters), {args.workers} loader worker(s), {result['torch_threads']} torch thread(s), "
-          f"median of {args.rounds} rounds × {args.steps} steps after {warmup} warm-up steps"
+    print(f"{result['model']} ({result['parameters']:,} parameters), {workers} loader worker(s), {result['torch_threads']} torch thread(s), "
+          f"median of {rounds} rounds × {steps} steps after {warmup} warm-up steps"
           + (f" (compiled: {result['batch_shapes']} batch shapes met)" if result["compiled"] else ""))
     print(f"{'mode':<34}{'graphs/s':>10}")
     print(f"{'training loop (loader → step)':<34}{result['loop_graphs_per_s']:>10.0f}")
     print(f"{'model alone (pre-collated)':<34}{result['model_alone_graphs_per_s']:>10.0f}")
     print(f"loop / model alone: {result['loop_vs_model_alone']:.2f} (target ≥ 0.90)")
-    write_json(args.json_path, result, "train")
+    write_json(json_path, result, "train")
     return 0

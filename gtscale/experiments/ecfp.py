@@ -1,24 +1,28 @@
-"""`gtscale baseline ecfp SHARDS --out DIR [--seeds 0 1 2]`: the MoleculeACE paper's strongest
-classical methods on exactly the shards' split, as rows of the sweep tables.
+"""The MoleculeACE paper's strongest classical methods (`gtscale baseline ecfp SHARDS --out DIR
+[--seeds 0 1 2]`) on exactly the shards' split, as rows of the sweep tables.
 
 ECFP4 = RDKit Morgan fingerprints, radius 2, 2,048 bits. SVR with the Tanimoto kernel
 (MoleculeACE's SVM) and a random forest (scikit-learn), scored on the test split: RMSE, MAE and,
-for MoleculeACE sets, the activity-cliff RMSE. The SVR is chosen the MoleculeACE paper's way:
-C by 5-fold cross-validation over the shards' train and validation molecules together, then one
-fit on all of them (SELECTION; the kernel SVR of kernel_svr.py does the same). The forest is fitted
-on the train split with max_features chosen on the validation split (cross-validating it would
-cost five times its 300-tree fits). The molecules are
-read again through the sharder's own reader (experiments/moleculeace.source_table), so the
-splits are the shards' row for row. The seed only changes the forest (SVR is deterministic, its
-std is 0). Writes DIR/sweep.json and DIR/sweep.md (`gtscale sweep --compare` reads them), and for
-the SVR its test predictions (DIR/svr-<split>.npz, what `gtscale moleculeace-table`'s blend
-averages) and DIR/export, an export `gtscale predict` reads beside model exports.
+for MoleculeACE sets, the activity-cliff RMSE. SHARDS is any graph-level shard folder (`gtscale
+shard smiles-csv`, `moleculeace`, …): its records keep their SMILES, and the molecules are read
+back from them split by split (experiments/baseline_set.py), so the splits are the shards'
+record for record. A classification task (manifest task.type graph_classification, 0/1 labels)
+gets a Tanimoto SVC and a forest classifier instead, scored by ROC-AUC.
+
+The SVR (SVC) is chosen the MoleculeACE paper's way: C by 5-fold cross-validation over the shards'
+train and validation molecules together, then one fit on all of them (SELECTION; the kernel SVR
+of kernel_svr.py does the same; a classifier's folds keep the classes' proportions and score
+ROC-AUC). The forest is fitted on the train split with max_features chosen on the validation
+split (cross-validating it would cost five times its 300-tree fits). The seed only changes the
+forest (SVR is deterministic, its std is 0). Writes DIR/sweep.json and DIR/sweep.md (`gtscale
+sweep --compare` reads them), and for the SVR its test predictions (DIR/svr-<split>.npz, what
+`gtscale moleculeace-table`'s blend averages) and, for a regression task, DIR/export, an export
+`gtscale predict` reads beside model exports.
 """
 
 from __future__ import annotations
 
-import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -26,7 +30,6 @@ import numpy as np
 
 from gtscale.config import from_dict, ranged
 from gtscale.errors import UserError
-from gtscale.format.manifest import load_manifest
 from gtscale.prep.molecule_limits import DEFAULT_MAX_ATOMS, size_reason
 
 RADIUS, BITS = 2, 2048
@@ -35,21 +38,14 @@ RF_MAX_FEATURES = ("sqrt", 0.33, 1.0)
 RF_TREES = 300
 #: How an SVR's hyperparameters are chosen (recorded in its sweep row: a cached row of another
 #: protocol is fitted again): scikit-learn's GridSearchCV over these folds of train ∪ valid,
-#: shuffled with this seed, scored by RMSE, refitted on all of train ∪ valid.
+#: shuffled with this seed, scored by RMSE, refitted on all of train ∪ valid. An SVC's folds are
+#: stratified by class and score ROC-AUC.
 FOLDS, FOLD_SEED = 5, 0
 SELECTION = f"{FOLDS}-fold CV on train+valid, refit on train+valid"
+SELECTION_CLASSIFIER = f"{FOLDS}-fold stratified CV (ROC-AUC) on train+valid, refit on train+valid"
 #: What names an SVR export (model.yaml `name`), and the file of its predictions in the baseline's folder.
 SVR_EXPORT_NAME = "ecfp-svr"
 PREDICTIONS = "svr-{split}.npz"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("shards", help="a MoleculeACE shard folder (gtscale shard moleculeace --dataset …)")
-    parser.add_argument("--out", required=True, help="folder for sweep.json / sweep.md")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (the forest's; default 0 1 2)")
-    parser.add_argument("--models", nargs="+", choices=["svr", "rf"], default=["svr", "rf"])
-    parser.add_argument("--split", default="test", help="split to score (default test)")
-    parser.add_argument("--trees", type=int, default=RF_TREES, help=f"random forest size (default {RF_TREES})")
 
 
 def ecfp(smiles: list[str], max_atoms: int = DEFAULT_MAX_ATOMS) -> np.ndarray:
@@ -98,6 +94,9 @@ class TanimotoSVR:
     coef: np.ndarray  # [m] float64 dual coefficients
     intercept: float
     C: float
+    cv_rmse: float = float("nan")  # the chosen C's mean RMSE over the cross-validation folds (fitting only; not exported)
+    cv_rocauc: float = float("nan")  # an SVC's: the chosen C's mean ROC-AUC over the folds (fitting only; not exported)
+    cv_predictions: np.ndarray | None = None  # [train + valid] out-of-fold predictions with that C (fit_svr(out_of_fold=True))
 
     @classmethod
     def from_fitted(cls, svr, bits: np.ndarray, C: float) -> "TanimotoSVR":
@@ -110,67 +109,103 @@ class TanimotoSVR:
 
 
 def pooled(x: dict) -> np.ndarray:
-    """The train and validation rows of a split dict, in that order: what an SVR is chosen and fitted on."""
-    return np.concatenate([x["train"], x["valid"]])
+    """The train and validation rows of a split dict (valid where there is one), in that order:
+    what an SVR is chosen and fitted on."""
+    return np.concatenate([x[split] for split in ("train", "valid") if split in x])
 
 
-def search_c(kernel: np.ndarray, y: np.ndarray):
-    """scikit-learn's GridSearchCV of a precomputed-kernel SVR over SVR_C (SELECTION), refitted on
-    all rows; its best_score_ is minus the mean fold RMSE (ties: the first C)."""
-    from sklearn.model_selection import GridSearchCV, KFold
-    from sklearn.svm import SVR
+def selection(classifier: bool) -> str:
+    return SELECTION_CLASSIFIER if classifier else SELECTION
 
+
+def search_c(kernel: np.ndarray, y: np.ndarray, classifier: bool = False):
+    """scikit-learn's GridSearchCV of a precomputed-kernel SVR (SVC) over SVR_C (selection), refitted
+    on all rows; its best_score_ is minus the mean fold RMSE (the mean fold ROC-AUC; ties: the first C)."""
+    from sklearn.model_selection import GridSearchCV, KFold, StratifiedKFold
+    from sklearn.svm import SVC, SVR
+
+    if classifier:
+        folds = StratifiedKFold(FOLDS, shuffle=True, random_state=FOLD_SEED)
+        return GridSearchCV(SVC(kernel="precomputed"), {"C": list(SVR_C)}, cv=folds, scoring="roc_auc").fit(kernel, y)
     folds = KFold(FOLDS, shuffle=True, random_state=FOLD_SEED)
     return GridSearchCV(SVR(kernel="precomputed"), {"C": list(SVR_C)}, cv=folds, scoring="neg_root_mean_squared_error").fit(kernel, y)
 
 
-def fit_svr(x: dict, y: dict) -> TanimotoSVR:
-    """Tanimoto-kernel SVR on train ∪ valid, C chosen by cross-validation (SELECTION)."""
+def fit_svr(x: dict, y: dict, out_of_fold: bool = False, classifier: bool = False) -> TanimotoSVR:
+    """Tanimoto-kernel SVR (`classifier`: SVC, its decision function) on train ∪ valid, C chosen by
+    cross-validation (selection); with `out_of_fold`, also each molecule's prediction by the chosen
+    C fitted on the other folds."""
     bits = pooled(x)
-    search = search_c(tanimoto(bits, bits), pooled(y))
-    return TanimotoSVR.from_fitted(search.best_estimator_, bits, float(search.best_params_["C"]))
+    kernel = tanimoto(bits, bits)
+    search = search_c(kernel, pooled(y), classifier)
+    svr = TanimotoSVR.from_fitted(search.best_estimator_, bits, float(search.best_params_["C"]))
+    folds = fold_predictions(search, kernel, pooled(y)) if out_of_fold else None
+    score = {"cv_rocauc": float(search.best_score_)} if classifier else {"cv_rmse": -float(search.best_score_)}
+    return replace(svr, cv_predictions=folds, **score)
 
 
-def fit_rf(x: dict, y: dict, seed: int, trees: int = RF_TREES):
-    from sklearn.ensemble import RandomForestRegressor
-    from sklearn.metrics import root_mean_squared_error
+def fold_predictions(search, kernel: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """float64 [n] out-of-fold predictions of a search_c result's chosen SVR over the same folds."""
+    from sklearn.base import clone
+    from sklearn.model_selection import cross_val_predict
+
+    return cross_val_predict(clone(search.best_estimator_), kernel, y, cv=search.cv).astype(np.float64)
+
+
+def fit_rf(x: dict, y: dict, seed: int, trees: int = RF_TREES, classifier: bool = False):
+    """(test predictions, chosen): a forest on train, max_features chosen on valid by RMSE (ROC-AUC
+    for a classifier, whose predictions are its probabilities of class 1)."""
+    from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
+    from sklearn.metrics import roc_auc_score, root_mean_squared_error
 
     def forest(features):
-        return RandomForestRegressor(n_estimators=trees, max_features=features, random_state=seed, n_jobs=1).fit(x["train"], y["train"])
+        kind = RandomForestClassifier if classifier else RandomForestRegressor
+        return kind(n_estimators=trees, max_features=features, random_state=seed, n_jobs=1).fit(x["train"], y["train"])
 
-    best = min(RF_MAX_FEATURES, key=lambda f: root_mean_squared_error(y["valid"], forest(f).predict(x["valid"])))
-    return forest(best).predict(x["test"]), {"max_features": best}
+    def predict(model, bits):
+        return model.predict_proba(bits)[:, list(model.classes_).index(1.0)] if classifier else model.predict(bits)
+
+    def loss(features):  # lower is better
+        pred = predict(forest(features), x["valid"])
+        return -roc_auc_score(y["valid"], pred) if classifier else root_mean_squared_error(y["valid"], pred)
+
+    best = min(RF_MAX_FEATURES, key=loss)
+    return predict(forest(best), x["test"]), {"max_features": best}
 
 
-def run_baseline(shards: Path, out: Path, seeds: list[int], models: list[str], split: str = "test", trees: int = RF_TREES) -> list[dict]:
-    from sklearn.metrics import mean_absolute_error, root_mean_squared_error
-
-    from gtscale.experiments import moleculeace
+def run_baseline(shards: Path, out: Path, seeds: list[int], models: list[str], split: str = "test", trees: int = RF_TREES,
+                 target: str | None = None) -> list[dict]:
+    """`models` (svr, rf) fitted on the shards' train and valid splits and scored on `split`, one run
+    per seed, for `target` (default: the shards' only one); the sweep rows, also written to `out`
+    (sweep.json, sweep.md)."""
+    if trees < 1:
+        raise UserError(f"--trees must be >= 1, got {trees}")
+    from gtscale.experiments.baseline_set import read_baseline_set
     from gtscale.experiments.sweep import summarize, write_sweep
 
-    table = moleculeace.source_table(shards)
-    if split not in table.splits or "valid" not in table.splits:
-        raise UserError(f"{shards}: needs splits train, valid and {split} (has {', '.join(table.splits)})")
-    rows_of = {"train": table.splits["train"], "valid": table.splits["valid"], "test": table.splits[split]}
-    bits = ecfp([table.smiles[i] for i in np.concatenate(list(rows_of.values()))])
-    x, y, start = {}, {}, 0
-    for name, rows in rows_of.items():
-        x[name], y[name], start = bits[start:start + len(rows)], table.targets[rows, 0].astype(np.float64), start + len(rows)
+    data = read_baseline_set(shards, split, target, FOLDS)
+    if "rf" in models and "valid" not in data.splits:
+        raise UserError(f"{shards}: has no valid split, on which the random forest chooses max_features; pass --models svr")
+    x = {name: ecfp(molecules.smiles, data.max_atoms) for name, molecules in data.splits.items()}
+    y = {name: molecules.y for name, molecules in data.splits.items()}
     result = []
     for model in models:
         runs = []
-        svr = fit_svr(x, y) if model == "svr" else None  # deterministic: fitted once, one row per seed
+        svr = fit_svr(x, y, classifier=data.classification) if model == "svr" else None  # deterministic: fitted once, one row per seed
         if svr is not None:
             pred = svr.predict(x["test"])
-            save_predictions(out / PREDICTIONS.format(split=split), rows_of["test"], pred, y["test"])
-            write_svr_export(out / "export", svr, load_manifest(shards))
+            save_predictions(out / PREDICTIONS.format(split=split), data.splits["test"].idx, pred, y["test"])
+            if not data.classification:  # predict reads an export's values as the task's: an SVC's decision values are no probabilities
+                write_svr_export(out / "export", svr, data.export_manifest())
         for seed in seeds:
-            pred, chosen = (pred, {"C": svr.C, "selection": SELECTION}) if svr is not None else fit_rf(x, y, seed, trees)
-            true = y["test"][:, None]
-            metrics = {"rmse": float(root_mean_squared_error(y["test"], pred)), "mae": float(mean_absolute_error(y["test"], pred)),
-                       "cliff_rmse": moleculeace.cliff_rmse(table, rows_of["test"], pred[:, None], true)}
-            runs.append({"seed": seed, "chosen": chosen, "metrics": metrics})
-        result.append({"label": f"ECFP4 + {model.upper()}", "shards": str(shards), "split": split, "runs": runs, "summary": summarize(runs)})
+            if svr is not None:
+                chosen = {"C": svr.C, "selection": selection(data.classification)}
+            else:
+                pred, chosen = fit_rf(x, y, seed, trees, data.classification)
+            runs.append({"seed": seed, "chosen": chosen, "metrics": data.metrics(pred)})
+        name = ("SVC" if data.classification else "SVR") if model == "svr" else "RF"
+        result.append({"label": f"ECFP4 + {name}", "shards": str(shards), "split": split, "target": data.target, "runs": runs,
+                       "summary": summarize(runs)})
     write_sweep(out, result)
     return result
 
@@ -239,14 +274,3 @@ def read_svr_export(config: dict, state: dict, where: str) -> TanimotoSVR:
     if support.dtype != torch.uint8 or support.ndim != 2 or support.shape[1] * 8 != BITS or coef.shape != (support.shape[0],) or state["intercept"].numel() != 1:
         raise UserError(f"{where}: its support {tuple(support.shape)} and coef {tuple(coef.shape)} do not fit a {BITS}-bit SVR")
     return TanimotoSVR(np.unpackbits(support.numpy(), axis=1), coef.double().numpy(), float(state["intercept"].double()), typed.C)
-
-
-def run(args: argparse.Namespace) -> int:
-    from gtscale.experiments.sweep import TABLE_FILE
-
-    out = Path(args.out)
-    if args.trees < 1:
-        raise UserError(f"--trees must be >= 1, got {args.trees}")
-    run_baseline(Path(args.shards), out, args.seeds, args.models, args.split, args.trees)
-    print((out / TABLE_FILE).read_text(), end="")
-    return 0

@@ -1,43 +1,34 @@
-"""`gtscale baseline kernel SHARDS --backbone EXPORT --out DIR`: the kernel SVR of
+"""`gtscale baseline kernel SHARDS --backbone EXPORT --out DIR` runs this: the kernel SVR of
 experiments/kernel_svr.py (ECFP4 Tanimoto + an RBF kernel on a pretrained export's graph
-representation, the backbone frozen) fitted on a MoleculeACE shard set's train and validation
-molecules, its kernel weight and C chosen by cross-validation over them (ecfp.SELECTION), scored
-on the test split like `gtscale baseline ecfp`.
+representation, the backbone frozen) fitted on a graph-level shard folder's train and validation
+molecules (experiments/baseline_set.py: any such folder, its records' SMILES), its kernel weight
+and C chosen by cross-validation over them (ecfp.selection), scored on the test split like
+`gtscale baseline ecfp`: RMSE, MAE and MoleculeACE's cliff RMSE, or, on a classification task,
+an SVC on the same kernel scored by ROC-AUC.
 
-Writes DIR/sweep.json and DIR/sweep.md (one row, "chosen" records w, C, γ and the selection), the test
-predictions as DIR/kernel-<split>.npz (ecfp.save_predictions' layout) and DIR/export, the SVR with
-its backbone as one export that `gtscale predict` reads.
+Writes DIR/sweep.json and DIR/sweep.md (one row, "chosen" records w, C, γ, the selection and the
+chosen candidate's mean fold score), the test predictions as DIR/kernel-<split>.npz
+(ecfp.save_predictions' layout) and, for a regression task, DIR/export, the SVR with its
+backbone as one export that `gtscale predict` reads.
 """
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-import numpy as np
-
 from gtscale.errors import UserError
-from gtscale.experiments.ecfp import SELECTION, SVR_EXPORT_NAME, ecfp, save_predictions
+from gtscale.experiments.ecfp import FOLDS, SVR_EXPORT_NAME, ecfp, save_predictions, selection
 from gtscale.experiments.kernel_svr import KERNEL_EXPORT_NAME, fit_kernel_svr, write_kernel_export
 
 PREDICTIONS = "kernel-{split}.npz"
 LABEL = "ECFP4 + gtscale representation, kernel SVR"
+LABEL_CLASSIFIER = "ECFP4 + gtscale representation, kernel SVC"
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("shards", help="a MoleculeACE shard folder (gtscale shard moleculeace --dataset …)")
-    parser.add_argument("--backbone", required=True, help="a gtscale export folder, or a shipped backbone's name (moses-egt), whose representation the kernel reads")
-    parser.add_argument("--out", required=True, help="folder for sweep.json / sweep.md, the predictions and the export")
-    parser.add_argument("--split", default="test", help="split to score (default test)")
-
-
-def run_kernel_baseline(shards: Path, backbone: Path, out: Path, split: str = "test") -> list[dict]:
+def run_kernel_baseline(shards: Path, backbone: Path, out: Path, split: str = "test", target: str | None = None) -> list[dict]:
     """Choose and fit on the shards' train and valid splits, score `split`; the sweep row (written to out)."""
-    from sklearn.metrics import mean_absolute_error, root_mean_squared_error
-
-    from gtscale.experiments import moleculeace
+    from gtscale.experiments.baseline_set import read_baseline_set
     from gtscale.experiments.sweep import summarize, write_sweep
-    from gtscale.format.manifest import load_manifest
     from gtscale.inference import check_record, graph_representation, load_model_export
     from gtscale.models.export import read_export
 
@@ -46,36 +37,24 @@ def run_kernel_baseline(shards: Path, backbone: Path, out: Path, split: str = "t
         raise UserError(f"--backbone {backbone}: an SVR export has no graph representation; name a gtscale model export")
     check_record(saved.meta, saved.folder)
     export = load_model_export(saved.folder, saved.config, saved.state, saved.meta)
-    table = moleculeace.source_table(shards)
-    if split not in table.splits or "valid" not in table.splits:
-        raise UserError(f"{shards}: needs splits train, valid and {split} (has {', '.join(table.splits)})")
-    rows_of = {"train": table.splits["train"], "valid": table.splits["valid"], "test": table.splits[split]}
+    data = read_baseline_set(shards, split, target, FOLDS)
     bits, z, y = {}, {}, {}
-    for name, rows in rows_of.items():
-        smiles = [table.smiles[i] for i in rows]
-        bits[name], y[name] = ecfp(smiles), table.targets[rows, 0].astype(np.float64)
-        z[name], reasons = graph_representation(export, smiles)
+    for name, molecules in data.splits.items():
+        bits[name], y[name] = ecfp(molecules.smiles, data.max_atoms), molecules.y
+        z[name], reasons = graph_representation(export, molecules.smiles)
         rejected = next((i for i, why in enumerate(reasons) if why), None)
         if rejected is not None:
-            raise UserError(f"{shards}: {name} molecule {smiles[rejected]!r} is rejected by {backbone}'s featurisation ({reasons[rejected]})")
-    svr = fit_kernel_svr(bits, z, y)
+            raise UserError(f"{shards}: {name} molecule {molecules.smiles[rejected]!r} is rejected by {backbone}'s featurisation ({reasons[rejected]})")
+    svr = fit_kernel_svr(bits, z, y, classifier=data.classification)
     pred = svr.predict(bits["test"], z["test"])
-    save_predictions(out / PREDICTIONS.format(split=split), rows_of["test"], pred, y["test"])
-    write_kernel_export(out / "export", svr, saved, load_manifest(shards))
-    metrics = {"rmse": float(root_mean_squared_error(y["test"], pred)), "mae": float(mean_absolute_error(y["test"], pred)),
-               "cliff_rmse": moleculeace.cliff_rmse(table, rows_of["test"], pred[:, None], y["test"][:, None])}
-    runs = [{"seed": 0, "chosen": {"C": svr.C, "weight": svr.weight, "gamma": svr.gamma, "selection": SELECTION, "cv_rmse": svr.cv_rmse}, "metrics": metrics}]
-    result = [{"label": LABEL, "shards": str(shards), "backbone": str(backbone), "split": split, "runs": runs, "summary": summarize(runs)}]
+    save_predictions(out / PREDICTIONS.format(split=split), data.splits["test"].idx, pred, y["test"])
+    if not data.classification:  # predict reads an export's values as the task's: an SVC's decision values are no probabilities
+        write_kernel_export(out / "export", svr, saved, data.export_manifest())
+    score = {"cv_rocauc": svr.cv_rocauc} if data.classification else {"cv_rmse": svr.cv_rmse}
+    chosen = {"C": svr.C, "weight": svr.weight, "gamma": svr.gamma, "selection": selection(data.classification), **score}
+    runs = [{"seed": 0, "chosen": chosen, "metrics": data.metrics(pred)}]
+    label = LABEL_CLASSIFIER if data.classification else LABEL
+    result = [{"label": label, "shards": str(shards), "backbone": str(backbone), "split": split, "target": data.target, "runs": runs,
+               "summary": summarize(runs)}]
     write_sweep(out, result)
     return result
-
-
-def run(args: argparse.Namespace) -> int:
-    from gtscale.experiments.sweep import TABLE_FILE
-
-    from gtscale.models.pretrained import export_path
-
-    out = Path(args.out)
-    run_kernel_baseline(Path(args.shards), export_path(args.backbone), out, args.split)
-    print((out / TABLE_FILE).read_text(), end="")
-    return 0

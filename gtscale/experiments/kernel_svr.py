@@ -9,9 +9,10 @@ inference.graph_representation), featurised as the export's own shards were, sta
 dimension with the fitted molecules' mean and std; γ = 1 / the median squared distance between them
 (the median heuristic, fixed, not tuned). The backbone stays frozen: nothing of it is trained on
 the set, so a set of a few hundred molecules fits only the SVR's dual coefficients. w (0 is the
-plain ECFP4 SVR) and C are chosen together the way the ECFP baseline chooses C (ecfp.SELECTION:
+plain ECFP4 SVR) and C are chosen together the way the ECFP baseline chooses C (ecfp.selection:
 5-fold cross-validation over train ∪ valid, then one fit on all of them: the fitted molecules
-above).
+above). On a classification task the same kernel feeds an SVC (its decision function), chosen
+by ROC-AUC.
 
 The export (model.yaml `name: kernel-svr`) carries the backbone it reads: model.pt holds the
 backbone export's tensors under `backbone.` beside the SVR's (support bits packed, standardised
@@ -30,7 +31,7 @@ import numpy as np
 
 from gtscale.config import ranged
 from gtscale.errors import UserError
-from gtscale.experiments.ecfp import BITS, RADIUS, pooled, read_svr_config, search_c, tanimoto
+from gtscale.experiments.ecfp import BITS, RADIUS, fold_predictions, pooled, read_svr_config, search_c, tanimoto
 
 #: The weights of the representation kernel tried (with every C of the ECFP baseline).
 WEIGHTS = (0.0, 0.25, 0.5, 1.0, 2.0)
@@ -64,6 +65,8 @@ class KernelSVR:
     z_mean: np.ndarray  # [d] statistics of the fitted molecules that standardise z
     z_std: np.ndarray
     cv_rmse: float = float("nan")  # the chosen (w, C)'s mean RMSE over the cross-validation folds (fitting only; not exported)
+    cv_rocauc: float = float("nan")  # a classifier's: the chosen (w, C)'s mean ROC-AUC over the folds (fitting only; not exported)
+    cv_predictions: np.ndarray | None = None  # [train + valid] out-of-fold predictions with that (w, C) (out_of_fold=True)
 
     def kernel(self, bits: np.ndarray, z: np.ndarray) -> np.ndarray:
         """[n, m] kernel of molecules (bits, raw representation z) with the support molecules."""
@@ -77,20 +80,24 @@ def combined(bits_a, z_a, bits_b, z_b, weight: float, gamma: float) -> np.ndarra
     return (tanimoto(bits_a, bits_b) + weight * rbf(z_a, z_b, gamma)) / (1.0 + weight)
 
 
-def fit_kernel_svr(bits: dict, z: dict, y: dict) -> KernelSVR:
-    """The SVR on train ∪ valid, (w, C) chosen by cross-validation like the ECFP SVR's C (ecfp.SELECTION;
-    ties: the first of WEIGHTS × SVR_C); z standardised and γ set on the same molecules."""
+def fit_kernel_svr(bits: dict, z: dict, y: dict, out_of_fold: bool = False, classifier: bool = False) -> KernelSVR:
+    """The SVR (`classifier`: SVC) on train ∪ valid, (w, C) chosen by cross-validation like the ECFP
+    SVR's C (ecfp.selection; ties: the first of WEIGHTS × SVR_C); z standardised and γ set on the
+    same molecules. With `out_of_fold`, also each molecule's prediction by the chosen (w, C) fitted
+    on the other folds."""
     bits, z, y = pooled(bits), pooled(z), pooled(y)
     mean, std = z.mean(0), z.std(0) + 1e-6
     zs = (z - mean) / std
     sq = squared_distances(zs, zs)
     gamma = 1.0 / float(np.median(sq[np.triu_indices(len(sq), 1)]))
     tani, near = tanimoto(bits, bits), np.exp(-gamma * sq)
-    searches = [(weight, search_c((tani + weight * near) / (1.0 + weight), y)) for weight in WEIGHTS]
+    searches = [(weight, search_c((tani + weight * near) / (1.0 + weight), y, classifier)) for weight in WEIGHTS]
     weight, search = max(searches, key=lambda ws: ws[1].best_score_)  # max keeps the first of equals
     svr = search.best_estimator_
+    folds = fold_predictions(search, (tani + weight * near) / (1.0 + weight), y) if out_of_fold else None
     return KernelSVR(bits[svr.support_], zs[svr.support_], svr.dual_coef_[0].astype(np.float64), float(svr.intercept_[0]),
-                     float(search.best_params_["C"]), weight, gamma, mean, std, cv_rmse=-float(search.best_score_))
+                     float(search.best_params_["C"]), weight, gamma, mean, std, cv_predictions=folds,
+                     **({"cv_rocauc": float(search.best_score_)} if classifier else {"cv_rmse": -float(search.best_score_)}))
 
 
 def write_kernel_export(out: Path, svr: KernelSVR, backbone, manifest: dict) -> Path:

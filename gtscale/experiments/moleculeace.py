@@ -46,7 +46,12 @@ def cliff_mask(table: MoleculeTable, idx: np.ndarray) -> np.ndarray:
 
 def cliff_rmse(table: MoleculeTable, idx: np.ndarray, y_pred: np.ndarray, y_true: np.ndarray) -> float:
     """RMSE over the activity-cliff molecules among `idx` (MoleculeACE's second metric)."""
+    return rmse_where(cliff_mask(table, idx), y_pred, y_true)
+
+
+def rmse_where(mask: np.ndarray, y_pred: np.ndarray, y_true: np.ndarray) -> float:
+    """RMSE of the first target over the labelled rows `mask` selects (the cliff molecules); NaN if none."""
     from sklearn.metrics import root_mean_squared_error
 
-    mask = cliff_mask(table, idx) & ~np.isnan(y_true[:, 0])
+    mask = mask & ~np.isnan(y_true[:, 0])
     return float(root_mean_squared_error(y_true[mask, 0], y_pred[mask, 0])) if mask.any() else float("nan")

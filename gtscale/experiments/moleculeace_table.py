@@ -1,5 +1,5 @@
-"""`gtscale moleculeace-table --out DIR [--sets …] [--arms …] [key=value …]`: the MoleculeACE
-benchmark as one table, every arm on the same shards of each set.
+"""The MoleculeACE benchmark as one table, every arm on the same shards of each set (`gtscale
+moleculeace-table --out DIR [--sets …] [--arms …] [key=value …]`).
 
     gtscale moleculeace-table --out runs/ace --arms ecfp                         # ECFP + SVR, all 30 sets
     gtscale moleculeace-table --out runs/ace --sets CHEMBL214_Ki CHEMBL234_Ki \\
@@ -21,7 +21,8 @@ DIR/<set>/<arm>/ as a sweep folder (sweep.json, sweep.md; `gtscale sweep --compa
 - ensemble: the mean prediction of the seeds of --ensemble-of (default: the last trained arm);
 - blend: the mean of that ensemble's prediction and ECFP + SVR's, equal weights fixed beforehand
   (nothing is tuned on test, nor on validation); with 3 seeds, `gtscale predict SEED0 SEED1 SEED2
-  SVR --weights 1 1 1 3` on the seeds' exports and the SVR's (DIR/<set>/ecfp/export) gives it.
+  SVR --weights 1 1 1 3` on the seeds' exports (DIR/<set>/<arm>/seed-S/export) and the SVR's
+  (DIR/<set>/ecfp/export) gives it.
 
 A cell is RMSE / cliff RMSE on the test split (mean over seeds); the last rows are the mean over
 sets, the benchmark's headline, and each arm's mean RMSE over ECFP + SVR's. Writes DIR/table.md
@@ -34,7 +35,6 @@ when their folder holds a fit of another selection protocol.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import shlex
@@ -76,46 +76,31 @@ BLEND_SVR_WEIGHT = 0.5
 FINETUNE_ARMS = ("finetune", "finetune-features")
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("overrides", nargs="*", help="dotted.key=value for every trained arm (e.g. schedule.total_steps=600)")
-    parser.add_argument("--out", required=True, help="folder of the shards, the arms' sweep folders and table.md / table.json")
-    parser.add_argument("--sets", nargs="+", default=None, help="MoleculeACE sets (default: all 30 the package bundles)")
-    parser.add_argument("--arms", nargs="+", choices=ALL_ARMS, default=list(ALL_ARMS), help=f"arms, in table order (default: {' '.join(ALL_ARMS)})")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="seeds of every trained arm (default 0 1 2)")
-    parser.add_argument("--split-seed", type=int, default=0, help="seed of the validation split carved from each set's train split (default 0)")
-    parser.add_argument("--config", action="append", default=[], metavar="ARM=YAML", help="replace an arm's training config")
-    parser.add_argument("--override", action="append", default=[], metavar="ARM:key=value", help="an override for one arm only")
-    parser.add_argument("--init-from", default=None,
-                        help="the pretrained export the fine-tuned arms start from and the kernel arm reads (default: the finetune config's init_from)")
-    parser.add_argument("--graph-features", default=None, help="the features arm's `gtscale shard --graph-features` value (default morgan2048,rdkit2d)")
-    parser.add_argument("--ensemble-of", default=None, choices=list(ARMS), help="the arm whose seeds the ensemble averages (default: the last trained arm)")
-    parser.add_argument("--shard-args", default="", help="extra `gtscale shard` options for every set, one string (e.g. \"--lap-k 0\")")
-    parser.add_argument("--nproc", type=int, default=1, help="processes per training run (torchrun); default 1")
-    parser.add_argument("--json", action="store_true", help="print table.json instead of the Markdown")
-
-
 # --- plan ------------------------------------------------------------------------------------------
-def trained_arms(args: argparse.Namespace) -> dict[str, tuple[Arm, list[str]]]:
-    """arm → (Arm with this command's config and shard options, its overrides), for --arms."""
-    configs = dict(_pair(item, "=", "--config") for item in args.config)
+def trained_arms(arms: list[str], overrides: list[str] = (), configs: list[str] = (), arm_overrides: list[str] = (),
+                 init_from: str | None = None, graph_features: str | None = None) -> dict[str, tuple[Arm, list[str]]]:
+    """arm → (Arm with this command's config and shard options, its overrides), for the trained
+    arms among `arms`. `configs`: ARM=YAML items (--config); `arm_overrides`: ARM:key=value items
+    (--override); `overrides` reach every trained arm, `init_from` the fine-tuned ones."""
+    configs = dict(_pair(item, "=", "--config") for item in configs)
     per_arm: dict[str, list[str]] = {}
-    for item in args.override:
+    for item in arm_overrides:
         arm, override = _pair(item, ":", "--override")
         per_arm.setdefault(arm, []).append(override)
     for arm in [*configs, *per_arm]:
         if arm not in ARMS:
             raise UserError(f"--config / --override: {arm!r} is not a trained arm (one of {', '.join(ARMS)})")
     out = {}
-    for name in (a for a in args.arms if a in ARMS):
+    for name in (a for a in arms if a in ARMS):
         arm = ARMS[name]
         shard_args = arm.shard_args
-        if name == "finetune-features" and args.graph_features:
-            shard_args = ("--graph-features", args.graph_features)
+        if name == "finetune-features" and graph_features:
+            shard_args = ("--graph-features", graph_features)
         config = configs.get(name, arm.config)
         if not Path(config).is_file():
             raise UserError(f"--config {name}: {config} not found")
-        init = [f"init_from={args.init_from}"] if args.init_from and name in FINETUNE_ARMS else []
-        out[name] = (Arm(config, shard_args), [*args.overrides, *init, *per_arm.get(name, [])])
+        init = [f"init_from={init_from}"] if init_from and name in FINETUNE_ARMS else []
+        out[name] = (Arm(config, shard_args), [*overrides, *init, *per_arm.get(name, [])])
     return out
 
 
@@ -153,46 +138,48 @@ def cached_rows(folder: Path, config: str | None, overrides: list[str], seeds: l
     return rows
 
 
-def run_set(name: str, args: argparse.Namespace, arms: dict[str, tuple[Arm, list[str]]], out: Path) -> dict[str, dict]:
-    """Shard one set and run its arms; arm → its sweep rows."""
+def run_set(name: str, out: Path, columns: list[str], arms: dict[str, tuple[Arm, list[str]]], seeds: list[int], split_seed: int,
+            shard_args: str, nproc: int, ensemble_of: str | None, init_from: str | None) -> dict[str, dict]:
+    """Shard one set and run its arms (`columns`: every arm asked for; `arms`: the trained ones,
+    trained_arms); arm → its sweep rows."""
     from gtscale.experiments.ecfp import run_baseline
     from gtscale.experiments.sweep import run_sweep
 
-    common = shlex.split(args.shard_args)
+    common = shlex.split(shard_args)
     shards = {(): out / "shards" / name}
     rows: dict[str, list[dict]] = {}
-    if ECFP in args.arms or KERNEL in args.arms or any(not arm.shard_args for arm, _ in arms.values()):
-        shard_set(name, shards[()], args.split_seed, common)
-    if ECFP in args.arms:
+    if ECFP in columns or KERNEL in columns or any(not arm.shard_args for arm, _ in arms.values()):
+        shard_set(name, shards[()], split_seed, common)
+    if ECFP in columns:
         folder = out / name / ECFP
         cached = cached_rows(folder, None, [], [0])
         # a table before the blend kept no predictions; one before ecfp.SELECTION chose on valid alone
         fresh = cached is not None and (folder / PREDICTIONS.format(split="test")).is_file() and selected_now(cached)
         rows[ECFP] = cached if fresh else run_baseline(shards[()], folder, [0], ["svr"])
-    if KERNEL in args.arms:
-        rows[KERNEL] = kernel_rows(shards[()], kernel_backbone(args), out / name / KERNEL)
+    if KERNEL in columns:
+        rows[KERNEL] = kernel_rows(shards[()], kernel_backbone(init_from), out / name / KERNEL)
     for arm_name, (arm, overrides) in arms.items():
         if arm.shard_args not in shards:
-            shards[arm.shard_args] = shard_set(name, out / "shards" / f"{name}-{arm_name}", args.split_seed, [*common, *arm.shard_args])
+            shards[arm.shard_args] = shard_set(name, out / "shards" / f"{name}-{arm_name}", split_seed, [*common, *arm.shard_args])
         folder = out / name / arm_name
         overrides = [f"data.shards={shards[arm.shard_args]}", f"run_dir={folder}", *overrides]
-        rows[arm_name] = cached_rows(folder, arm.config, overrides, args.seeds)
+        rows[arm_name] = cached_rows(folder, arm.config, overrides, seeds)
         if rows[arm_name] is None:
             print(f"moleculeace-table: {name} {arm_name}", file=sys.stderr, flush=True)
-            run_sweep(arm.config, overrides, args.seeds, args.nproc, "test", arm_name)
-            rows[arm_name] = cached_rows(folder, arm.config, overrides, args.seeds)
-    if BLEND in args.arms:
-        rows[BLEND] = [blend_row(rows[args.ensemble_of][0], out / name / ECFP)]
+            run_sweep(arm.config, overrides, seeds, nproc, "test", arm_name)
+            rows[arm_name] = cached_rows(folder, arm.config, overrides, seeds)
+    if BLEND in columns:
+        rows[BLEND] = [blend_row(rows[ensemble_of][0], out / name / ECFP)]
     return rows
 
 
-def kernel_backbone(args: argparse.Namespace) -> Path:
+def kernel_backbone(init_from: str | None) -> Path:
     """The export the kernel arm reads: --init-from, else the finetune config's init_from."""
     from gtscale.config import load_yaml
 
     from gtscale.models.pretrained import export_path
 
-    backbone = args.init_from or load_yaml(ARMS["finetune"].config).get("init_from")
+    backbone = init_from or load_yaml(ARMS["finetune"].config).get("init_from")
     if not backbone:
         raise UserError("--arms kernel: reads a pretrained export; pass --init-from")
     try:
@@ -226,8 +213,9 @@ def selected_now(rows: list[dict]) -> bool:
 def blend_row(seeds_row: dict, ecfp_folder: Path) -> dict:
     """The blend as a sweep row: BLEND_SVR_WEIGHT × the SVR's test prediction + the rest × the mean
     of the seeds' (each at its best-validation checkpoint), matched by record idx, scored like a run."""
+    from gtscale.experiments.ensemble import ensemble
     from gtscale.experiments.sweep import ensemble_prediction, summarize, with_cliff_rmse
-    from gtscale.train.evaluate_cli import run_config
+    from gtscale.train.evaluate import run_config
     from gtscale.train.tasks import evaluate
 
     idx, y_seeds, y_true = ensemble_prediction(seeds_row)
@@ -236,7 +224,7 @@ def blend_row(seeds_row: dict, ecfp_folder: Path) -> dict:
     at = order[np.searchsorted(svr["idx"], idx, sorter=order)] if len(idx) == len(svr["idx"]) else None
     if at is None or not np.array_equal(svr["idx"][at], idx) or not np.allclose(svr["y_true"][at], y_true, atol=1e-4, equal_nan=True):
         raise UserError(f"{ecfp_folder}: its SVR scored other test molecules than {seeds_row['runs'][0]['run_dir']}; the blend needs the same set and split")
-    y_pred = BLEND_SVR_WEIGHT * svr["y_pred"][at] + (1.0 - BLEND_SVR_WEIGHT) * y_seeds
+    y_pred = ensemble(np.stack([y_seeds, svr["y_pred"][at]]), [1.0 - BLEND_SVR_WEIGHT, BLEND_SVR_WEIGHT])[0]
     cfg = run_config(Path(seeds_row["runs"][0]["run_dir"]))
     metrics = with_cliff_rmse(evaluate(y_pred, y_true, cfg.task), cfg.data.shards, idx, y_pred, y_true)
     run = {"seed": "blend", "seeds": [r["seed"] for r in seeds_row["runs"]], "svr_weight": BLEND_SVR_WEIGHT, "metrics": metrics}
@@ -301,35 +289,38 @@ def markdown(table: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(args: argparse.Namespace) -> int:
+def moleculeace_table(out: Path, *, sets: list[str] | None = None, arms: list[str] = ALL_ARMS, seeds: list[int] = (0, 1, 2),
+                      split_seed: int = 0, overrides: list[str] = (), configs: list[str] = (), arm_overrides: list[str] = (),
+                      init_from: str | None = None, graph_features: str | None = None, ensemble_of: str | None = None,
+                      shard_args: str = "", nproc: int = 1) -> dict:
+    """Every arm of `arms` on every MoleculeACE set of `sets` (default: all the package bundles),
+    into `out`; the table (build_table), also written as TABLE_JSON and TABLE_MD. The options are
+    the command's (module docstring; trained_arms)."""
     from gtscale.prep.sources.moleculeace import available
 
-    if args.nproc < 1:
-        raise UserError(f"--nproc must be >= 1, got {args.nproc}")
-    if len(set(args.seeds)) != len(args.seeds) or any(s < 0 for s in args.seeds):
-        raise UserError(f"--seeds: {args.seeds} must be distinct whole numbers >= 0")
+    arms, seeds = list(arms), list(seeds)
+    if nproc < 1:
+        raise UserError(f"--nproc must be >= 1, got {nproc}")
+    if len(set(seeds)) != len(seeds) or any(s < 0 for s in seeds):
+        raise UserError(f"--seeds: {seeds} must be distinct whole numbers >= 0")
     known = available()
-    sets = args.sets or known
+    sets = sets or known
     unknown = [s for s in sets if s not in known]
     if unknown:
         raise UserError(f"--sets: {unknown[0]!r} is not a MoleculeACE set (one of: {', '.join(known)})")
-    arms = trained_arms(args)
-    ensemble_of = args.ensemble_of or (list(arms)[-1] if arms else None)
+    trained = trained_arms(arms, list(overrides), list(configs), list(arm_overrides), init_from, graph_features)
+    ensemble_of = ensemble_of or (list(trained)[-1] if trained else None)
     for derived in (ENSEMBLE, BLEND):
-        if derived in args.arms and ensemble_of not in arms:
+        if derived in arms and ensemble_of not in trained:
             raise UserError(f"--arms {derived}: averages the seeds of a trained arm; add {ensemble_of or 'one'} to --arms (or choose --ensemble-of)")
-    if BLEND in args.arms and ECFP not in args.arms:
+    if BLEND in arms and ECFP not in arms:
         raise UserError("--arms blend: averages the ensemble with ECFP + SVR; add ecfp to --arms")
-    args.ensemble_of = ensemble_of
-    if KERNEL in args.arms:
-        kernel_backbone(args)  # refused before any set is sharded
-    out = Path(args.out)
+    if KERNEL in arms:
+        kernel_backbone(init_from)  # refused before any set is sharded
     with contextlib.redirect_stdout(sys.stderr):  # progress and the sweeps' reports: stdout is the table
-        per_set = {name: run_set(name, args, arms, out) for name in sets}
-    table = build_table(per_set, list(args.arms), ensemble_of if ENSEMBLE in args.arms or BLEND in args.arms else None)
-    text = markdown(table)
+        per_set = {name: run_set(name, out, arms, trained, seeds, split_seed, shard_args, nproc, ensemble_of, init_from) for name in sets}
+    table = build_table(per_set, arms, ensemble_of if ENSEMBLE in arms or BLEND in arms else None)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / TABLE_JSON, json.dumps(table, indent=1))
-    atomic_write_text(out / TABLE_MD, text)
-    print(json.dumps(table, indent=1) if args.json else text, end="\n" if args.json else "")
-    return 0
+    atomic_write_text(out / TABLE_MD, markdown(table))
+    return table

@@ -1,4 +1,4 @@
-"""`gtscale sweep CONFIG --seeds 0 1 2 [key=value …]`: one ordinary run per seed, then a table.
+"""One ordinary run per seed, then a table (`gtscale sweep CONFIG --seeds 0 1 2 [key=value …]`).
 
     gtscale sweep configs/tasks/moleculeace-egt-scratch.yaml --seeds 0 1 2 schedule.total_steps=500
     gtscale sweep --compare runs/scratch runs/finetune runs/ecfp      # side by side, one table
@@ -6,9 +6,10 @@
 Each seed trains as `gtscale train CONFIG … seed=S data.loader.seed=S run_dir=<run_dir>/seed-S
 --resume auto` (a subprocess: one process, or `--nproc N` through torchrun; the loader seed only
 when the overrides do not fix it), one after another, so a sweep that was interrupted continues
-where it stopped. Then `gtscale evaluate` (evaluate_cli) scores each run's
-best-validation checkpoint on the test split; for MoleculeACE shards the activity-cliff RMSE is
-added. <run_dir>/sweep.json holds every run's metrics and their mean ± sample std (ddof 1),
+where it stopped. Then `gtscale evaluate` (train/evaluate.py) scores each run's
+best-validation checkpoint on the test split, exported as `gtscale export` does to
+<run_dir>/seed-S/export (what `gtscale predict` reads); for MoleculeACE shards the activity-cliff
+RMSE is added. <run_dir>/sweep.json holds every run's metrics and their mean ± sample std (ddof 1),
 <run_dir>/sweep.md the same as a Markdown table; with several seeds a second row scores their
 ensemble (the mean prediction, experiments/ensemble.py) on the same split (graph tasks). `--collect`
 skips training (after the runs were trained elsewhere, e.g. as the SLURM array of
@@ -17,7 +18,6 @@ slurm/sweep.sbatch).
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -29,20 +29,6 @@ from gtscale.errors import UserError
 from gtscale.io import atomic_write_text
 
 SWEEP_FILE, TABLE_FILE = "sweep.json", "sweep.md"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", nargs="?", help="training YAML (omit with --compare)")
-    parser.add_argument("overrides", nargs="*", help="dotted.key=value replacements for every seed")
-    # strings: `--seeds 0 1 2 key=value` is read as seeds then overrides (split_seeds)
-    parser.add_argument("--seeds", nargs="+", default=["0", "1", "2"], help="seeds to run (default 0 1 2); overrides may follow")
-    parser.add_argument("--nproc", type=int, default=1, help="processes per run (torchrun --standalone); 1 = a single process")
-    parser.add_argument("--split", default="test", help="split scored with the best-validation checkpoint (default test)")
-    parser.add_argument("--label", default=None, help="row name in tables (default: the config's file name)")
-    parser.add_argument("--collect", action="store_true", help="do not train: evaluate and aggregate the seed runs already there")
-    parser.add_argument("--print-run-dir", action="store_true", help="print the sweep's folder (the config's run_dir; seeds go to seed-S in it) and exit (slurm/sweep.sbatch)")
-    parser.add_argument("--compare", nargs="+", metavar="SWEEP_DIR", help="one table from existing sweep folders (each with sweep.json)")
-    parser.add_argument("--out", default=None, help="--compare: also write the table to this Markdown file")
 
 
 # --- aggregation -----------------------------------------------------------------------------------
@@ -83,6 +69,14 @@ def write_sweep(folder: Path, rows: list[dict]) -> None:
     atomic_write_text(folder / TABLE_FILE, markdown_table(rows))
 
 
+def compare_table(folders: list[Path], out: Path | None = None) -> str:
+    """One Markdown table of the rows of every sweep folder (also written to `out`)."""
+    table = markdown_table([row for folder in folders for row in read_rows(folder)])
+    if out is not None:
+        atomic_write_text(out, table)
+    return table
+
+
 def read_rows(folder: Path) -> list[dict]:
     path = folder / SWEEP_FILE
     if not path.is_file():
@@ -113,19 +107,23 @@ def with_cliff_rmse(metrics: dict, shards: str | None, idx: np.ndarray, y_pred: 
 
 
 def seed_metrics(run_dir: Path, seed: int, split: str) -> dict:
-    """Test metrics of one run at its best-validation checkpoint (+ cliff RMSE on MoleculeACE)."""
-    from gtscale.train.evaluate_cli import evaluate_run, run_config
+    """Test metrics of one run at its best-validation checkpoint (+ cliff RMSE on MoleculeACE),
+    whose export it leaves where `gtscale export` puts it (RUN_DIR/export: what predict reads)."""
+    from gtscale.train.evaluate import evaluate_run, run_config
 
-    result = evaluate_run(run_dir, split, "best")
+    result = evaluate_run(run_dir, split, "best", export_to=run_dir / "export")
     saved = np.load(run_dir / "eval" / f"{split}-{result['tag']}.npz")
     metrics = with_cliff_rmse(dict(result["metrics"]), run_config(run_dir).data.shards, saved["idx"], saved["y_pred"], saved["y_true"])
     best = json.loads((run_dir / "best.json").read_text()) if (run_dir / "best.json").is_file() else {}
-    return {"seed": seed, "run_dir": str(run_dir), "tag": result["tag"], "best_valid": best.get("value"), "metrics": metrics}
+    return {"seed": seed, "run_dir": str(run_dir), "tag": result["tag"], "export": result["export"], "best_valid": best.get("value"), "metrics": metrics}
 
 
 def run_sweep(config: str, overrides: list[str], seeds: list[int], nproc: int = 1, split: str = "test", label: str | None = None, collect: bool = False) -> Path:
+    """Train (unless `collect`) and score one run per seed; the sweep's folder, holding SWEEP_FILE and TABLE_FILE."""
     from gtscale.train.preflight import load_train_config
 
+    if nproc < 1:
+        raise UserError(f"--nproc must be >= 1, got {nproc}")
     if len(set(seeds)) != len(seeds):
         raise UserError(f"--seeds: {seeds} repeats a seed")
     base = Path(load_train_config(config, overrides).run_dir)  # checks the config once, before any run
@@ -151,7 +149,7 @@ def ensemble_row(row: dict) -> dict | None:
     its best-validation checkpoint (RUN/eval/<split>-<tag>.npz), averaged (ensemble.py), scored
     like one run (+ cliff RMSE on MoleculeACE). None for node tasks, whose Macro-F1 threshold is
     chosen per model on validation."""
-    from gtscale.train.evaluate_cli import run_config
+    from gtscale.train.evaluate import run_config
     from gtscale.train.tasks import evaluate
 
     runs = row["runs"]
@@ -165,10 +163,12 @@ def ensemble_row(row: dict) -> dict | None:
 
 
 def ensemble_prediction(row: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(idx, mean prediction, targets) of a sweep row's seeds on its split, each seed at its
-    best-validation checkpoint (RUN/eval/<split>-<tag>.npz); the seeds must have scored the same samples."""
-    from gtscale.experiments.ensemble import mean_prediction
-    from gtscale.train.evaluate_cli import run_config
+    """(idx, the seeds' ensemble of outputs (experiments/ensemble.py), targets) of a sweep row's
+    seeds on its split, each seed at its best-validation checkpoint (RUN/eval/<split>-<tag>.npz);
+    the seeds must have scored the same samples."""
+    from gtscale.experiments.ensemble import ensemble
+    from gtscale.train.evaluate import run_config
+    from gtscale.train.outputs import outputs
 
     split, runs = row["split"], row["runs"]
     saved = [np.load(Path(r["run_dir"]) / "eval" / f"{split}-{r['tag']}.npz") for r in runs]
@@ -177,43 +177,4 @@ def ensemble_prediction(row: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if not np.array_equal(other["idx"], idx):
             raise UserError(f"{run['run_dir']}: scored other {split} samples than {runs[0]['run_dir']}; an ensemble needs the same shards")
     loss = run_config(Path(runs[0]["run_dir"])).task.loss
-    return idx, mean_prediction(np.stack([s["y_pred"] for s in saved]), loss), y_true
-
-
-def split_seeds(values: list[str], overrides: list[str]) -> tuple[list[int], list[str]]:
-    """argparse hands `--seeds 0 1 key=value` all to --seeds: the key=value items are overrides."""
-    seeds = []
-    for value in values:
-        if "=" in value:
-            overrides = [*overrides, value]
-        elif value.isdigit():
-            seeds.append(int(value))
-        else:
-            raise UserError(f"--seeds: {value!r} is not a seed (a whole number >= 0) nor a key=value override")
-    if not seeds:
-        raise UserError("--seeds: give at least one seed")
-    return seeds, overrides
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.compare:
-        rows = [row for folder in args.compare for row in read_rows(Path(folder))]
-        table = markdown_table(rows)
-        if args.out:
-            atomic_write_text(args.out, table)
-        print(table, end="")
-        return 0
-    if not args.config:
-        raise UserError("give a CONFIG to sweep, or --compare SWEEP_DIR …")
-    seeds, args.overrides = split_seeds(args.seeds, args.overrides)
-    if args.print_run_dir:
-        from gtscale.train.preflight import load_train_config
-
-        print(load_train_config(args.config, args.overrides).run_dir)
-        return 0
-    if args.nproc < 1:
-        raise UserError(f"--nproc must be >= 1, got {args.nproc}")
-    base = run_sweep(args.config, args.overrides, seeds, args.nproc, args.split, args.label, args.collect)
-    print((base / TABLE_FILE).read_text(), end="")
-    print(f"wrote {base / SWEEP_FILE} and {base / TABLE_FILE}")
-    return 0
+    return idx, ensemble(np.stack([outputs(s["y_pred"], loss) for s in saved]))[0], y_true

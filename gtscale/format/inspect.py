@@ -1,8 +1,7 @@
-"""`gtscale inspect PATH [--verify]`: what a shard directory holds, and whether it is intact."""
+"""What a shard directory holds, and whether it is intact (`gtscale inspect PATH [--verify]`)."""
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
@@ -13,12 +12,6 @@ from gtscale.format.manifest import load_manifest
 from gtscale.format.shardfile import ShardError, inside_folder
 from gtscale.io import sha256_file
 from gtscale.format.tario import iter_shard
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", help="shard directory (or its manifest.json)")
-    parser.add_argument("--verify", action="store_true", help="check every shard's sha256 and sample count")
-    parser.add_argument("--split", default=None, help="split whose first record is shown (default: the first)")
 
 
 def _human(n: float) -> str:
@@ -112,13 +105,15 @@ def preview(path: Path) -> None:
         break
 
 
-def run(args: argparse.Namespace) -> int:
-    manifest = load_manifest(args.path)
+def inspect_shards(path: str, verify_all: bool = False, split: str | None = None) -> int:
+    """Print the summary of the shard folder `path` and the first record of `split` (default: the
+    first with shards); with `verify_all`, check every shard first. 1 when a shard failed, else 0."""
+    manifest = load_manifest(path)
     print("\n".join(summary(manifest)))
-    split = preview_split(manifest, args.split)
+    split = preview_split(manifest, split)
     root = Path(manifest["_dir"])
     shards = [s["path"] for s in manifest["splits"][split]["shards"]] if split else []
-    if not args.verify:
+    if not verify_all:
         if shards:
             first = inside_folder(root, shards[0])
             if not first.is_file():

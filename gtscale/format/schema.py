@@ -21,7 +21,7 @@ A record is one graph. In a shard each key is a tar member ``<sample key>.<recor
 | lap_eigval   | float16 [k]                 | their eigenvalues; zero-padded if N < k                |
 | y            | float32 [T]                 | graph targets, NaN where unlabelled                    |
 | node_y       | float32 [N]                 | node targets (node tasks), NaN where unlabelled        |
-| meta         | json                        | idx in the source, num_nodes, num_edges (+ center)     |
+| meta         | json                        | idx in the source, num_nodes, num_edges (+ center; molecules: smiles, name) |
 | x_float      | float16 [N, F]              | continuous node features (graphs that are not molecules)|
 | node_id      | int64 [N]                   | global node id in the big graph (sampled subgraphs)    |
 | target_nodes | int16/int32 [T]             | local index of each labelled node (ego: [0], the target)|
@@ -31,6 +31,11 @@ A record is one graph. In a shard each key is a tar member ``<sample key>.<recor
 Schema version 2 added the last four keys (sampled subgraphs of huge graphs); version-1
 shards hold none of them and stay readable (READABLE_SCHEMA_VERSIONS). In an ego-subgraph record
 meta.idx is the target's global node id and the record has x_float in place of x and no edge_attr.
+
+A molecule's meta also holds its SMILES as the source gave it (META_SMILES), so that what reads
+molecules rather than graphs (the ECFP and kernel baselines) finds them in the shards; and its
+id (`name`) where the source's ids are not integers. Shards written before meta held the SMILES
+stay readable: only those readers refuse them.
 
 graph_feat is written only by `gtscale shard --graph-features …` (manifest features.graph names the
 generators and rdkit2d's train statistics) and needs no version bump either: it only adds a key.
@@ -67,6 +72,8 @@ LAP_EIGVAL = "lap_eigval"
 Y = "y"
 NODE_Y = "node_y"
 META = "meta"
+#: The field of a molecule record's meta that holds its SMILES.
+META_SMILES = "smiles"
 X_FLOAT = "x_float"
 NODE_ID = "node_id"
 TARGET_NODES = "target_nodes"

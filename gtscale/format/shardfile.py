@@ -24,8 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from webdataset.tariterators import base_plus_ext
-
 from gtscale.errors import UserError
 
 #: Extensions WebDataset (and torch) would decode by unpickling; a shard must never contain them.
@@ -164,6 +162,8 @@ def split_name(name: str) -> tuple[str | None, str | None]:
     dot = name.find(".", start)
     if dot > start:
         return name[:dot], name[dot + 1 :]
+    from webdataset.tariterators import base_plus_ext  # here, not with the module: webdataset imports torch (~1.5 s)
+
     return base_plus_ext(name)
 
 

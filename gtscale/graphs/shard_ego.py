@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import os
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -24,7 +25,8 @@ import numpy as np
 from gtscale.format import schema
 from gtscale.format.manifest import merge_parts
 from gtscale.graphs.sample import EgoSampler, EgoSubgraph, ego_structures
-from gtscale.graphs.splits import node_task_section
+from gtscale.errors import UserError
+from gtscale.graphs.splits import mask_split, node_task_section, ratio_split
 from gtscale.graphs.store import MANIFEST, GraphStore
 from gtscale.io import sha256_file
 from gtscale.prep import driver
@@ -114,3 +116,25 @@ def shard_graph_ego(store_path: Path, splits: dict[str, np.ndarray], split_rule:
     driver.run_tasks(tasks, partial(store_records, store_path=Path(store_path), options=options), out_dir, run_fingerprint, workers,
                      progress=progress, desc=f"shard graph-ego {fields['dataset']}", unit="ego")
     return merge_parts(out_dir)
+
+
+def shard_store_ego(graph: str, out: str, *, fanouts: str = "16,16", max_nodes: int = 64, train_ratio: float = 0.4,
+                    mask_column: int | None = None, split_seed: int = 0, sampler_seed: int = 0, svd_rank: int = 8, lap_k: int = 0,
+                    shard_size: int = 10_000, workers: int = 1, progress: bool = True) -> dict:
+    """The ego shards of the store `graph` in `out` (`gtscale shard graph-ego`): targets split by
+    `train_ratio` (stratified, the rest 1:2 valid/test, seeded by `split_seed`) or by column
+    `mask_column` of the stored masks; `fanouts` comma-separated per-hop caps. Returns the manifest."""
+    try:
+        caps = tuple(int(f) for f in fanouts.split(","))
+    except ValueError as err:
+        raise UserError(f"--fanouts {fanouts!r}: expected comma-separated integers") from err
+    if not caps or min(caps) < 1 or not 1 <= max_nodes <= 65535 or shard_size < 1 or workers < 1:
+        raise UserError("--fanouts must be ≥ 1 each, --max-nodes in 1..65535, --shard-size and --workers ≥ 1")
+    store = GraphStore.open(graph)
+    if mask_column is not None:
+        splits, rule = mask_split(store.masks, mask_column, graph), {"mask_column": mask_column}
+    else:
+        splits = ratio_split(store.labels, train_ratio, split_seed)
+        rule = {"train_ratio": train_ratio, "split_seed": split_seed}
+    options = EgoShardOptions(StructureOptions(svd_rank=svd_rank, lap_k=lap_k), caps, max_nodes, sampler_seed, shard_size)
+    return shard_graph_ego(Path(graph), splits, rule, Path(out), options, min(workers, os.cpu_count() or 1), progress)

@@ -5,7 +5,8 @@ model.yaml, as `gtscale export` writes them) whose model computes the original m
 - unpickle.py: reads a foreign checkpoint without running any of its code;
 - mapping.py: the key bookkeeping every importer shares (unknown and missing keys are errors);
 - graphormer.py, egt.py: one importer per format, each naming the conventions it converts;
-- cli.py: the command (the export itself is gtscale.models.export's, shared with `gtscale export`).
+- import_checkpoint.py: a checkpoint → an export, for `gtscale import-checkpoint` (gtscale/cli/import_checkpoint.py;
+  the export itself is gtscale.models.export's, shared with `gtscale export`).
 
 May import models and format (tests/test_layout.py); train never imports this package.
 """

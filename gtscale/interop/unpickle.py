@@ -10,7 +10,6 @@ class only stores its arguments.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import pickle
 import types
@@ -117,6 +116,6 @@ def opaque_fields(obj) -> dict:
     A live Namespace (a checkpoint built in memory rather than read from a file) gives its own."""
     if isinstance(obj, Opaque) and isinstance(obj.state, dict):
         return obj.state
-    if isinstance(obj, argparse.Namespace):
+    if (type(obj).__module__, type(obj).__qualname__) == ("argparse", "Namespace"):  # named, not imported: the library parses no arguments
         return vars(obj)
     return {}

@@ -9,6 +9,7 @@ from typing import Literal
 
 import numpy as np
 
+from gtscale.config import check_field_ranges, ranged
 from gtscale.format import schema
 from gtscale.loader.bucketing import Batcher, geometric_boundaries
 from gtscale.loader.collate import BATCH_KEYS
@@ -20,21 +21,21 @@ class LoaderConfig:
 
     batching: Literal["node_budget", "graphs"] = "node_budget"  # close a batch by padded size, or by graph count
     node_budget: int = 4096  # node_budget: most padded node slots per batch, B × N_max
-    pair_budget: int = 0  # node_budget: most padded node pairs per batch, B × N_max² (attention cost); 0 = no limit
+    pair_budget: int = ranged(0, low=0)  # node_budget: most padded node pairs per batch, B × N_max² (attention cost); 0 = no limit
     batch_size: int = 128  # graphs: graphs per batch
     bucketing: bool = True  # batch graphs of similar size together (bucketing.py); False = stream order
-    bucket_ratio: float = 1.05  # geometric buckets [lo, hi) with hi − 1 ≤ lo × ratio: padding ≤ 1 − 1/ratio² per batch
-    bucket_boundaries: list[int] = field(default_factory=list)  # explicit exclusive upper bounds, ascending; replaces bucket_ratio
+    bucket_ratio: float = ranged(1.05, low=1, low_open=True)  # geometric buckets [lo, hi) with hi − 1 ≤ lo × ratio: padding ≤ 1 − 1/ratio² per batch
+    bucket_boundaries: list[int] = ranged(default_factory=list, low=1)  # explicit exclusive upper bounds, ascending; replaces bucket_ratio
     pad_to_bucket: bool = False  # one shape per bucket: pad nodes to the bucket's largest size and graphs to the batcher's capacity (compiled models, CUDA graphs)
-    shuffle_buffer: int = 2000  # training: samples in WebDataset's shuffle buffer; 0 = shard-order only
+    shuffle_buffer: int = ranged(2000, low=0)  # training: samples in WebDataset's shuffle buffer; 0 = shard-order only
     shuffle_initial: int = 500  # training: samples buffered before the first leaves (WebDataset's `initial`)
-    seed: int = 0  # shard order, sample shuffle and sign flips derive from (seed, epoch, rank, worker)
-    epoch_batches: int = 0  # training: batches per rank per epoch; 0 = about one pass over the split
+    seed: int = ranged(0, low=0)  # shard order, sample shuffle and sign flips derive from (seed, epoch, rank, worker)
+    epoch_batches: int = ranged(0, low=0)  # training: batches per rank per epoch; 0 = about one pass over the split
     # training: read only the split's first K shards (a smaller corpus from the same shards, e.g.
     # the corpus-size rows of a scaling table); 0 = every shard. Evaluation always reads all.
-    max_shards: int = 0
-    num_workers: int = 2  # DataLoader worker processes per rank; 0 = load in the training process
-    prefetch_factor: int = 2  # batches each worker prepares ahead
+    max_shards: int = ranged(0, low=0)
+    num_workers: int = ranged(2, low=0)  # DataLoader worker processes per rank; 0 = load in the training process
+    prefetch_factor: int = ranged(2, low=1)  # batches each worker prepares ahead
     pin_memory: bool = False  # page-locked batches, for faster host→GPU copies
     # how workers start: "forkserver" forks them from a fresh single-threaded process (a training rank's
     # threads make forking it unsafe: loader/workers.py); None = Python's default for this process
@@ -43,29 +44,22 @@ class LoaderConfig:
     verify_checksums: bool = True  # compare every shard's size and sha256 with the manifest before reading it
     # optional Batch fields the model needs (collate.BATCH_KEYS)
     keys: list[str] = field(default_factory=lambda: [schema.SPD, schema.IN_DEGREE, schema.OUT_DEGREE, schema.SVD_PE, schema.Y])
-    path_edges_max_dist: int = 0  # Graphormer's multi_hop_max_dist D for Batch.path_edges; 0 = not built
+    path_edges_max_dist: int = ranged(0, low=0, high=schema.SPD_MAX - 1)  # Graphormer's multi_hop_max_dist D for Batch.path_edges; 0 = not built
     sign_flip: bool = True  # training: random sign flips of svd_pe and lap_pe
 
     def __post_init__(self):
+        check_field_ranges(self)  # also when built in code (predict, the benchmarks)
         if self.batching == "node_budget" and self.node_budget <= 0:
             raise ValueError("node_budget must be > 0 with batching: node_budget")
         if self.batching == "graphs" and self.batch_size <= 0:
             raise ValueError("batch_size must be > 0 with batching: graphs")
-        if self.pair_budget < 0 or self.epoch_batches < 0 or self.max_shards < 0 or self.shuffle_buffer < 0 or self.num_workers < 0:
-            raise ValueError("pair_budget, epoch_batches, max_shards, shuffle_buffer and num_workers must be >= 0")
-        if self.bucket_ratio <= 1.0:
-            raise ValueError("bucket_ratio must be > 1")
-        if any(b <= a for a, b in zip(self.bucket_boundaries, self.bucket_boundaries[1:])) or any(b < 1 for b in self.bucket_boundaries):
-            raise ValueError("bucket_boundaries must be positive and strictly ascending")
+        if any(b <= a for a, b in zip(self.bucket_boundaries, self.bucket_boundaries[1:])):
+            raise ValueError("bucket_boundaries must be strictly ascending")
         if self.pad_to_bucket and not self.bucketing:
             raise ValueError("pad_to_bucket needs bucketing (a bucket is the shape batches are padded to)")
-        if self.prefetch_factor < 1:
-            raise ValueError("prefetch_factor must be >= 1")
         unknown = [k for k in self.keys if k not in BATCH_KEYS]
         if unknown:
             raise ValueError(f"keys: {unknown[0]!r} is not a Batch key (choose from {', '.join(BATCH_KEYS)})")
-        if not 0 <= self.path_edges_max_dist < schema.SPD_MAX:
-            raise ValueError(f"path_edges_max_dist must be in 0..{schema.SPD_MAX - 1}")
 
     def batcher(self) -> Batcher:
         boundaries = None

@@ -49,8 +49,10 @@ MODEL_FILE = "model.pt"
 CONFIG_FILE = "model.yaml"
 META_FILE = "export.json"
 FILES = (MODEL_FILE, CONFIG_FILE, META_FILE)
-#: What marks a folder as an export gtscale wrote (both writers record the parameter count).
-EXPORT_MARKERS = {META_FILE: lambda meta: "parameters" in meta}
+#: An ensemble export (`gtscale fit`'s DIR/export): this file lists the member export folders beside it and their weights.
+ENSEMBLE_FILE, ENSEMBLE_FORMAT = "ensemble.json", "gtscale-ensemble"
+#: What marks a folder as an export gtscale wrote (both writers record the parameter count; an ensemble its format).
+EXPORT_MARKERS = {META_FILE: lambda meta: "parameters" in meta, ENSEMBLE_FILE: lambda record: record.get("format") == ENSEMBLE_FORMAT}
 
 
 def claim_export_dir(out: str | os.PathLike, option: str = "--out") -> Path:
@@ -69,7 +71,10 @@ class ExportedModel(nn.Module):
         self.head = head
 
     def forward(self, batch) -> torch.Tensor:
-        return self.head(self.backbone(batch))
+        """The task scores: the head on the backbone's outputs, beside the batch's molecule
+        features (graph_feat) when the head reads them."""
+        graph_feat = getattr(batch, "graph_feat", None) if getattr(self.head.cfg, "graph_features", 0) else None
+        return self.head(self.backbone(batch), graph_feat)
 
 
 # --- what export.json holds ---------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""`gtscale model-info CONFIG`: a model config's architecture summary and parameter count.
+"""A model config's architecture summary and parameter count (`gtscale model-info CONFIG`).
 
 CONFIG is a YAML path or the name of a file in configs/models/ (egt-small). The count is given per
 top-level module of the model, for the head of the YAML's `head` section, and in total — the total
@@ -7,16 +7,10 @@ is the figure the papers report.
 
 from __future__ import annotations
 
-import argparse
-
 from torch import nn
 
 from gtscale.config import to_dict
 from gtscale.models import build_head, build_model, load_model_config, parse_model_config
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", help="model YAML, or a name in configs/models/ such as egt-small")
 
 
 def _count(module: nn.Module) -> int:
@@ -34,12 +28,14 @@ def parameter_table(model: nn.Module, head: nn.Module | None) -> list[tuple[str,
     return rows
 
 
-def run(args: argparse.Namespace) -> int:
-    cfg = load_model_config(args.config)
+def print_model_info(config: str) -> None:
+    """Print the architecture summary and parameter table of the model config `config` (a YAML
+    path or a name in configs/models/)."""
+    cfg = load_model_config(config)
     typed = parse_model_config(cfg)
     model = build_model(cfg)
     head = build_head(cfg["head"], model) if cfg.get("head") else None
-    print(f"model: {cfg['name']} ({args.config})")
+    print(f"model: {cfg['name']} ({config})")
     for key, value in to_dict(typed).items():
         print(f"  {key}: {value}")
     if head is not None:
@@ -54,4 +50,3 @@ def run(args: argparse.Namespace) -> int:
     print(f"{'module':<24}{'parameters':>14}")
     for name, count in parameter_table(model, head):
         print(f"{name:<24}{count:>14,}")
-    return 0

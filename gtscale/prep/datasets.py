@@ -3,7 +3,6 @@ dataset's real layout by its module in prep/sources/."""
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from gtscale.prep.sources.base import MoleculeTable
@@ -24,53 +23,66 @@ DATASETS = {
 }
 
 
-def read_dataset(name: str, args: argparse.Namespace) -> MoleculeTable:
-    """Read dataset `name`; `args` carries --root / --input, the SMILES-table options and --targets
-    (rdkit-descriptors / rdkit-fast: the dataset's targets replaced by standardised RDKit
-    descriptors, all of them or the cheap set, descriptors.FAST)."""
-    targets = getattr(args, "targets", "given")
+def read_dataset(name: str, *, root: str | None = None, input: str | None = None, subset: str | None = None,
+                 smiles_column: str = "smiles", id_column: str | None = None, target_columns: str = "",
+                 task_type: str = "graph_regression", split_column: str | None = None, split_seed: int = 0,
+                 targets: str = "given", workers: int = 1, progress: bool = True) -> MoleculeTable:
+    """Read dataset `name` from `root` (or the file `input`, smiles-csv), with the SMILES-table
+    options (`target_columns` comma-separated) and `targets` (rdkit-descriptors / rdkit-fast: the
+    dataset's targets replaced by standardised RDKit descriptors, all of them or the cheap set,
+    descriptors.FAST)."""
     if name in ("offline-union", "moses") and targets == "given":
         raise UserError(f"{name} has no targets of its own: add --targets rdkit-fast or --targets rdkit-descriptors")
-    table = _read_source(name, args)
+    table = _read_source(name, root, input, subset, smiles_column, id_column, target_columns, task_type, split_column, split_seed)
     if targets in ("rdkit-descriptors", "rdkit-fast"):
         from gtscale.prep.sources.descriptors import FAST, with_descriptor_targets
 
-        return with_descriptor_targets(table, workers=max(1, getattr(args, "workers", 1)), progress=not getattr(args, "no_progress", False),
-                                       names=FAST if targets == "rdkit-fast" else None)
+        return with_descriptor_targets(table, workers=max(1, workers), progress=progress, names=FAST if targets == "rdkit-fast" else None)
     return table
 
 
-def _read_source(name: str, args: argparse.Namespace) -> MoleculeTable:
-    from gtscale.prep.sources import bundled, moleculeace, moses, ogb, smiles, union
-
+def _read_source(name: str, root: str | None, input: str | None, subset: str | None, smiles_column: str, id_column: str | None,
+                 target_columns: str, task_type: str, split_column: str | None, split_seed: int) -> MoleculeTable:
+    # Each reader is imported when its dataset is read: the OGB one imports torch (~1.5 s of start-up).
     if name not in DATASETS:
         raise UserError(f"unknown dataset {name!r} (known: {', '.join(DATASETS)})")
     if name in ("nci-tpsa", "wehi-pains"):
+        from gtscale.prep.sources import bundled
+
         return bundled.read_nci_tpsa() if name == "nci-tpsa" else bundled.read_wehi_pains()
     if name == "moses":
-        return moses.read_moses(Path(args.root) if args.root else None)
+        from gtscale.prep.sources import moses
+
+        return moses.read_moses(Path(root) if root else None)
     if name == "offline-union":
-        return union.read_offline_union(Path(args.root) if args.root else None, seed=args.split_seed)
+        from gtscale.prep.sources import union
+
+        return union.read_offline_union(Path(root) if root else None, seed=split_seed)
     if name == "moleculeace":
-        root = Path(args.root) if args.root else None
-        return moleculeace.read_moleculeace(getattr(args, "subset", None), root, seed=args.split_seed)
+        from gtscale.prep.sources import moleculeace
+
+        return moleculeace.read_moleculeace(subset, Path(root) if root else None, seed=split_seed)
     if name == "smiles-csv":
-        if not args.input:
+        from gtscale.prep.sources import smiles
+
+        if not input:
             raise UserError("smiles-csv needs --input FILE")
         return smiles.read_smiles_table(
-            Path(args.input),
-            smiles_column=args.smiles_column,
-            target_columns=[c for c in args.target_columns.split(",") if c] if args.target_columns else [],
-            task_type=args.task_type,
-            id_column=args.id_column,
-            split_column=args.split_column,
-            seed=args.split_seed,
+            Path(input),
+            smiles_column=smiles_column,
+            target_columns=[c for c in target_columns.split(",") if c] if target_columns else [],
+            task_type=task_type,
+            id_column=id_column,
+            split_column=split_column,
+            seed=split_seed,
         )
-    if not args.root:
+    if not root:
         raise UserError(f"{name} needs --root: the {DATASETS[name]}")
-    root = Path(args.root)
-    if not root.is_dir():
-        raise UserError(f"{root}: --root is not a directory")
+    folder = Path(root)
+    if not folder.is_dir():
+        raise UserError(f"{folder}: --root is not a directory")
+    from gtscale.prep.sources import ogb
+
     if name == "pcqm4mv2":
-        return ogb.read_pcqm4mv2(root)
-    return ogb.read_ogbg_mol(root, name)
+        return ogb.read_pcqm4mv2(folder)
+    return ogb.read_ogbg_mol(folder, name)

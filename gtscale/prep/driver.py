@@ -164,9 +164,11 @@ def run_tasks(
     progress: bool = True,
     desc: str = "shard",
     unit: str = "rec",
+    warm_up: Callable[[], None] | None = None,
 ) -> list[dict]:
     """Write this part's shards that are not already complete; return the part records of all of
-    this part's shards (the kept ones read back from their part files)."""
+    this part's shards (the kept ones read back from their part files). `warm_up` runs once before
+    a pool forks: what each worker would otherwise compile or load for itself."""
     mine = [t for t in tasks if t.ordinal % num_parts == part]
     pending = [t for t in mine if not is_complete(t, out_dir, run_fingerprint)]
     done = [json.loads((out_dir / t.part_name).read_text()) for t in mine if t not in pending]
@@ -174,6 +176,8 @@ def run_tasks(
     work = partial(_write_counted, partial(write_shard, make_records=make_records, out_dir=out_dir, run_fingerprint=run_fingerprint))
     pool = None
     if workers > 1 and len(pending) > 1:
+        if warm_up is not None:
+            warm_up()
         pool = mp.get_context("fork").Pool(workers, initializer=init_worker)
         results = pool.imap_unordered(work, pending)
     else:

@@ -143,13 +143,7 @@ def featurize_mol(mol: Chem.Mol, has_chirality: bool = True, may_have_bond_stere
 
 
 def featurize_smiles(smiles: str) -> dict[str, np.ndarray]:
-    return _featurize_parsed(parse_smiles(smiles), smiles)
-
-
-def featurize_smiles_keyed(smiles: str) -> tuple[dict[str, np.ndarray], str]:
-    """(graph, molecule_key) from one parse: the sharder counts duplicate molecules as it goes."""
-    mol = parse_smiles(smiles)
-    return _featurize_parsed(mol, smiles), molecule_key(mol)
+    return featurize_parsed(parse_smiles(smiles), smiles)
 
 
 def molecule_key(mol: Chem.Mol) -> str:
@@ -157,7 +151,9 @@ def molecule_key(mol: Chem.Mol) -> str:
     return hashlib.blake2b(Chem.MolToSmiles(mol).encode(), digest_size=8).hexdigest()
 
 
-def _featurize_parsed(mol: Chem.Mol, smiles: str) -> dict[str, np.ndarray]:
+def featurize_parsed(mol: Chem.Mol, smiles: str) -> dict[str, np.ndarray]:
+    """The graph of `mol`, parsed from `smiles` (parse_smiles): one parse serves the graph, the
+    molecule-level features and the molecule key."""
     # What SMILES syntax alone decides: tetrahedral (and atropisomeric) stereo is only written with
     # '@', double-bond stereo only with '/' or '\\'; dative bonds are written '->' / '<-', or made by
     # sanitization from bonds to metals, which are always bracket atoms.

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 import numba
 import numpy as np
-import torch
 
 from gtscale.format import schema
 from gtscale.prep import floyd_warshall
@@ -132,7 +131,12 @@ def _eigh(symmetric: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
     On one thread, whatever the caller's setting: MKL's threaded eigh changes the last bits from
     ~40 nodes on, so `gtscale predict` (torch's default threads) encoded large molecules otherwise
-    than the sharder's one-thread workers did."""
+    than the sharder's one-thread workers did.
+
+    torch is imported here, not with the module: it is ~1.5 s of a start-up that shards without
+    these encodings (--svd-rank 0 --lap-k 0) or only prints --help does not need."""
+    import torch
+
     tensor = torch.from_numpy(symmetric.astype(np.float32))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -248,6 +252,18 @@ def _twin_reduced_svd_encodings(adj, rank, out):
     return ok
 
 
+def twins_halve(adj: np.ndarray) -> np.ndarray:
+    """bool [G]: whether the rows of each stacked adjacency [G, N, N] fall into at most N/2 classes of
+    identical rows, the condition on which `_twin_reduced_svd_encodings` reduces a graph (it
+    checks the condition itself, exactly so). Checked here first, in numpy, because few molecules
+    meet it: a shard without such a graph never calls, so never compiles (~4 s of CPU on a cold
+    numba cache) nor loads, the twin kernels."""
+    g, n, _ = adj.shape
+    rows = np.packbits(adj != 0, axis=2)  # each row as bytes: equal bytes exactly when the rows are equal
+    distinct = np.array([len(np.unique(rows[b].view(np.dtype((np.void, rows.shape[2]))))) for b in range(g)], np.int64)
+    return 2 * distinct <= n
+
+
 def _svd_encodings(adj: np.ndarray, rank: int, reduce_twins: bool = True) -> np.ndarray:
     """[G, N, 2r] float16: U√Σ ‖ V√Σ of A+I for stacked adjacencies [G, N, N] of one size N
     (bool or float: converted to float64 only where eigh / svd need it).
@@ -260,7 +276,12 @@ def _svd_encodings(adj: np.ndarray, rank: int, reduce_twins: bool = True) -> np.
     keep = min(rank, n)
     out = np.zeros((g, n, 2 * rank), dtype=np.float64)
     if np.array_equal(adj, np.swapaxes(adj, 1, 2)):
-        rest = np.flatnonzero(~_twin_reduced_svd_encodings(adj, rank, out)) if reduce_twins else np.arange(g)
+        rest = np.arange(g)
+        if reduce_twins and len(halved := np.flatnonzero(twins_halve(adj))):
+            reduced = np.zeros((len(halved), n, 2 * rank))
+            ok = _twin_reduced_svd_encodings(adj[halved], rank, reduced)
+            out[halved[ok]] = reduced[ok]
+            rest = np.setdiff1d(rest, halved[ok])
         if len(rest):
             lam, q = _eigh(adj[rest].astype(np.float64) + np.eye(n)[None])
             order = np.argsort(-np.abs(lam), axis=1, kind="stable")[:, :keep]
@@ -352,3 +373,10 @@ def structure_many(graphs: list[tuple[np.ndarray, int]], options: StructureOptio
 def structure(edge_index: np.ndarray, num_nodes: int, options: StructureOptions = StructureOptions()) -> dict[str, np.ndarray]:
     """Structural arrays of one graph (see `structure_many`)."""
     return structure_many([(edge_index, num_nodes)], options)[0]
+
+
+def warm_up(options: StructureOptions) -> None:
+    """Compile (or load from numba's cache) the kernels every graph's structure calls, by computing
+    that of a two-node graph: called in the parent before a pool of workers forks, so that they
+    inherit the compiled code instead of each compiling it (~5 s of CPU apiece on a cold cache)."""
+    structure(np.array([[0, 1], [1, 0]]), 2, options)

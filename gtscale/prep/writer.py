@@ -25,7 +25,7 @@ import rdkit
 from gtscale.errors import UserError
 from gtscale.format import schema
 from gtscale.prep import featurize, floyd_warshall, graph_features, structure
-from gtscale.prep.featurize import FeaturizeError, featurize_smiles, featurize_smiles_keyed, molecule_key, parse_smiles
+from gtscale.prep.featurize import FeaturizeError, featurize_parsed, molecule_key, parse_smiles
 from gtscale.prep.molecule_limits import size_reason
 from gtscale.prep.sources.base import MoleculeTable
 from gtscale.prep.structure import StructureOptions, structure_many
@@ -69,7 +69,8 @@ def plan_tasks(table: MoleculeTable, shard_size: int, keys: list[str | None] | N
     return driver.plan_tasks(table.splits, shard_size, task)
 
 
-#: The modules whose code decides the values in a record (SCHEMA_VERSION covers the layout).
+#: The modules whose code decides the values in a record (SCHEMA_VERSION covers the layout);
+#: code_version adds featurize_rows, which assembles a record from them (its meta included).
 RECORD_CODE = (featurize, structure, floyd_warshall, graph_features)
 
 
@@ -81,8 +82,8 @@ def code_version() -> str:
     comments or blank lines, so editing a comment does not redo a dataset's shards; tokens, unlike
     ast.dump, read the same on every Python version, so parts on different machines agree."""
     digest = hashlib.sha256(f"rdkit {rdkit.__version__}".encode())
-    for module in RECORD_CODE:
-        source = inspect.getsource(module)
+    for code in (*RECORD_CODE, featurize_rows):
+        source = inspect.getsource(code)
         for token in tokenize.generate_tokens(io.StringIO(source).readline):
             if token.type not in (tokenize.COMMENT, tokenize.NL):
                 digest.update(f"{token.type}:{token.string}\n".encode())
@@ -106,11 +107,14 @@ def fingerprint(table: MoleculeTable, options: ShardOptions, source_checksums: d
 
 
 def featurize_rows(smiles: list[str], idx: np.ndarray, targets: np.ndarray, names: list[str | None] | None,
-                   options: ShardOptions, known_keys: list[str | None] | None = None) -> tuple[list[dict], list[str], list[tuple[int, str]]]:
+                   options: ShardOptions, known_keys: list[str | None] | None = None,
+                   with_keys: bool = True) -> tuple[list[dict], list[str | None], list[tuple[int, str]]]:
     """(records, molecule keys, rejects [(idx, reason)]) of the molecules that become graphs: the
     whole record a shard holds, structure included. The one featurisation path: the sharder writes
     these records, `gtscale predict` collates them straight away. `known_keys`: the molecules' keys
-    where --drop-duplicates already computed them (the canonical SMILES is ~0.08 ms a molecule)."""
+    where --drop-duplicates already computed them (the canonical SMILES is ~0.08 ms a molecule);
+    `with_keys=False` (predict, which counts no duplicates) leaves every key None. One parse per
+    molecule serves its graph, its graph features and its key."""
     graphs, keys, rejects = [], [], []
     names = names if names is not None else [None] * len(smiles)
     known_keys = known_keys if known_keys is not None else [None] * len(smiles)
@@ -122,10 +126,8 @@ def featurize_rows(smiles: list[str], idx: np.ndarray, targets: np.ndarray, name
             rejects.append((int(i), too_large))  # before RDKit parses it: the work per molecule stays bounded
             continue
         try:
-            if known is None:
-                graph, key = featurize_smiles_keyed(smi)
-            else:
-                graph, key = featurize_smiles(smi), known
+            mol = parse_smiles(smi)
+            graph = featurize_parsed(mol, smi)
         except FeaturizeError as err:
             rejects.append((int(i), err.reason))
             continue
@@ -136,10 +138,15 @@ def featurize_rows(smiles: list[str], idx: np.ndarray, targets: np.ndarray, name
         if options.max_nodes is not None and n > options.max_nodes:
             rejects.append((int(i), "too_many_nodes"))
             continue
-        if options.graph_features is not None:
-            graph[schema.GRAPH_FEAT] = graph_features.compute(parse_smiles(smi), options.graph_features)
+        if options.graph_features is not None:  # before the key: MolToSmiles leaves its marks on the molecule
+            graph[schema.GRAPH_FEAT] = graph_features.compute(mol, options.graph_features)
+        try:
+            key = known if known is not None else molecule_key(mol) if with_keys else None
+        except Exception as err:  # RDKit may fail to write an exotic molecule's SMILES: counted as a featurize error
+            rejects.append((int(i), f"featurize_error:{type(err).__name__}"))
+            continue
         graph[schema.Y] = np.asarray(y, dtype=np.float32)
-        graph[schema.META] = {"idx": int(i), "num_nodes": n, "num_edges": int(graph[schema.EDGE_INDEX].shape[1])}
+        graph[schema.META] = {"idx": int(i), "num_nodes": n, "num_edges": int(graph[schema.EDGE_INDEX].shape[1]), schema.META_SMILES: smi}
         if name is not None:
             graph[schema.META]["name"] = name
         graphs.append(graph)
@@ -259,4 +266,5 @@ def shard_table(
     return driver.run_tasks(
         tasks, partial(molecule_records, options=options), out_dir, run_fingerprint, workers, part, num_parts, progress,
         desc=f"shard {table.name}" + (f" part {part}/{num_parts}" if num_parts > 1 else ""), unit="mol",
+        warm_up=partial(structure.warm_up, options.structure),
     )

@@ -182,8 +182,9 @@ def _shapes(line: str) -> str:
 
 
 def model_changes(run_config: Path, model_cfg: dict, head: dict) -> list[str]:
-    """The model and head settings that differ between the run's recorded config.yaml (what the
-    checkpoints were trained with) and this job's, as "key: recorded → now"; [] without a record."""
+    """The model and head settings that differ between the run's record `run_config` (its
+    config.resolved.yaml: what the checkpoints were trained with) and this job's, as
+    "key: recorded → now"; [] without a record."""
     if not run_config.is_file():
         return []
     recorded = load_yaml(run_config)

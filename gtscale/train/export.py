@@ -1,4 +1,8 @@
-"""`gtscale export RUN_DIR [--tag best|latest|TAG]`: consolidated fp32 weights + the model config.
+"""Consolidated fp32 weights + the model config of a run's checkpoint (`gtscale export RUN_DIR [--tag best|latest|TAG]`).
+
+The model config and the task come from what the run trained with (config.resolved.yaml,
+resolve.read_resolved): the model config the shards completed, the head with one output per target,
+target scaling as numbers.
 
 DeepSpeed's own ZeRO consolidation (`get_fp32_state_dict_from_zero_checkpoint`) gathers the
 partitions. Its torch.load calls run weights-only (safe_load), after every file of the tag has
@@ -8,21 +12,16 @@ export (gtscale.models.export: model.pt of tensors only, model.yaml, export.json
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
-from gtscale.config import load_yaml
+from gtscale.config import to_dict
 from gtscale.errors import UserError
 from gtscale.models.export import claim_export_dir, write_export
 from gtscale.train import checkpoint, safe_load
+from gtscale.train.config import TrainConfig
+from gtscale.train.resolve import read_resolved
 from gtscale.train.task_model import AUX_HEADS
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", help="a training run directory")
-    parser.add_argument("--tag", default="best", help="best (default), latest, or a checkpoint tag such as step-00001000")
-    parser.add_argument("--out", default=None, help="output folder (default RUN_DIR/export)")
 
 
 def resolve_tag(run_dir: Path, tag: str) -> str:
@@ -55,9 +54,7 @@ def export(run_dir: Path, tag: str, out: Path) -> Path:
 
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out}: is a file, not a folder; name a folder for the export")
-    config = load_yaml(run_dir / "config.yaml")  # read before anything is written: a damaged one is one line
-    if not isinstance(config.get("model_resolved"), dict):
-        raise UserError(f"{run_dir / 'config.yaml'}: has no model_resolved mapping (not written by gtscale train, or edited)")
+    resolved = read_resolved(run_dir)  # read before anything is written: a damaged one is one line
     tag = resolve_tag(run_dir, tag)
     claim_export_dir(out)  # before the consolidation, which takes minutes on a large model
     folder = run_dir / "checkpoints" / tag
@@ -71,8 +68,8 @@ def export(run_dir: Path, tag: str, out: Path) -> Path:
         state = safe_load.load_file(folder / "mp_rank_00_model_states.pt")["module"]
     # The auxiliary heads only shape training; the export is the backbone and task head.
     state = {k: v for k, v in state.items() if not k.startswith(AUX_HEADS)}
-    record = prediction_record(config)
-    model_cfg = {**config["model_resolved"], "head": config_head(config, record.get("shards", {}).get("task", {}).get("num_targets"))}
+    record = prediction_record(resolved.train)
+    model_cfg = {**resolved.model, "head": resolved.head}
     features = record.get("shards", {}).get("features", {})
     if "graph" in features and not model_cfg["head"].get("graph_features"):
         # the shards' molecule-level features were targets (task.aux_graph_feat) or unread: the
@@ -81,33 +78,15 @@ def export(run_dir: Path, tag: str, out: Path) -> Path:
     return write_export(out, state, model_cfg, {"run_dir": str(run_dir), "tag": tag, **record})
 
 
-def prediction_record(config: dict) -> dict:
-    """What `gtscale predict` needs besides the weights: the task (how scores become predictions)
-    and how the run's shards were made (manifest transform and features), so that new molecules
-    are featurised exactly as the training ones were. Empty for runs on a graph store."""
-    shards = config.get("data", {}).get("shards")
+def prediction_record(cfg: TrainConfig) -> dict:
+    """What `gtscale predict` needs besides the weights: the task of the resolved `cfg` (how scores
+    become predictions: target scaling as numbers) and how the run's shards were made (manifest
+    transform and features), so that new molecules are featurised exactly as the training ones
+    were. Empty for runs on a graph store."""
+    shards = cfg.data.shards
     if not shards or not (Path(shards) / "manifest.json").is_file():
         return {}
     from gtscale.format.manifest import load_manifest
 
     manifest = load_manifest(shards)
-    return {"task": config["task"], "shards": {k: manifest[k] for k in ("dataset", "transform", "task", "features") if k in manifest}}
-
-
-def config_head(config: dict, shard_targets: int | None = None) -> dict:
-    """The head the run trained, as the trainer builds it: the model YAML's head with the task's
-    overrides and one output per target. The target count is the one config.yaml records; a run
-    whose config.yaml lacks it (written by an older gtscale) takes its shards' count, else the
-    YAML's num_outputs."""
-    head = {**config["model_resolved"].get("head", {"kind": "graph"}), **config["task"]["head"]}
-    targets = config.get("num_targets", shard_targets)
-    return head | ({"num_outputs": int(targets)} if targets is not None else {})
-
-
-def run(args: argparse.Namespace) -> int:
-    run_dir = Path(args.run_dir)
-    if not (run_dir / "config.yaml").is_file():
-        raise UserError(f"{run_dir}: not a run directory (no config.yaml)")
-    out = export(run_dir, args.tag, Path(args.out) if args.out else run_dir / "export")
-    print(f"wrote {out / 'model.pt'} and {out / 'model.yaml'}")
-    return 0
+    return {"task": to_dict(cfg.task), "shards": {k: manifest[k] for k in ("dataset", "transform", "task", "features") if k in manifest}}

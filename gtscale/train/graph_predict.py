@@ -1,6 +1,6 @@
-"""`gtscale graph predict EXPORT --graph STORE --out DIR`: an anomaly score for every node of a graph
-store, from a node-task export (`gtscale export` of a run on data.graph), each node scored with all
-of its neighbours by full-neighbourhood inference (train/full_inference.py: layer by layer over
+"""An anomaly score for every node of a graph store (`gtscale graph predict EXPORT --graph STORE
+--out DIR`), from a node-task export (`gtscale export` of a run on data.graph), each node scored
+with all of its neighbours by full-neighbourhood inference (train/full_inference.py: layer by layer over
 the store's CSR, memory bounded by the chunk, not the graph).
 
 Writes into DIR, which must be new, empty or an earlier output of this command:
@@ -11,7 +11,6 @@ and, while it runs, the node states of every layer in DIR/.node-states-*/ (remov
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
@@ -23,20 +22,13 @@ from gtscale.errors import UserError
 from gtscale.graphs.store import MANIFEST, GraphStore
 from gtscale.io import atomic_write_text, claim_out_dir, sha256_file
 from gtscale.models.export import check_fits, read_export
+from gtscale.train.outputs import outputs
 from gtscale.train.full_inference import full_graph_logits
 
 SCORES, RECORD = "scores.npy", "predict.json"
 RECORD_FORMAT = "gtscale-node-scores"
 #: What marks a folder as this command's output (gtscale.io.claim_out_dir).
 MARKERS = {RECORD: lambda record: record.get("format") == RECORD_FORMAT}
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("export", help="a node-task export folder (model.pt, model.yaml, export.json) of a run on a graph store")
-    parser.add_argument("--graph", required=True, help="the graph store to score (`gtscale graph build`)")
-    parser.add_argument("--out", required=True, help="output folder: new, empty or an earlier `graph predict` output")
-    parser.add_argument("--chunk-edges", type=int, default=None, help="neighbours per chunk (default: ~96 MiB of attention temporaries)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def load_node_export(path: Path, store: GraphStore) -> torch.nn.Module:
@@ -52,22 +44,23 @@ def load_node_export(path: Path, store: GraphStore) -> torch.nn.Module:
     return check_fits(export.state, export.config, str(export.folder / "model.pt"))
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.chunk_edges is not None and args.chunk_edges < 1:
-        raise UserError(f"--chunk-edges must be >= 1, got {args.chunk_edges}")
-    out = claim_out_dir(args.out, MARKERS, [args.graph, args.export])
-    store = GraphStore.open(args.graph)
-    model = load_node_export(Path(args.export), store).to("cuda" if torch.cuda.is_available() else "cpu")
+def score_graph(export: Path, graph: str, out: str, chunk_edges: int | None = None, progress: bool = True) -> tuple[Path, dict]:
+    """Score every node of the store `graph` with the node-task export `export` into the folder
+    `out` (SCORES, then RECORD); the folder and the record written."""
+    if chunk_edges is not None and chunk_edges < 1:
+        raise UserError(f"--chunk-edges must be >= 1, got {chunk_edges}")
+    folder = claim_out_dir(out, MARKERS, [graph, export])
+    store = GraphStore.open(graph)
+    model = load_node_export(Path(export), store).to("cuda" if torch.cuda.is_available() else "cpu")
     began = time.perf_counter()
-    out.mkdir(parents=True, exist_ok=True)
-    logits = full_graph_logits(model, store, out, args.chunk_edges, progress=not args.no_progress)
-    scores = 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
-    tmp = out / f"{SCORES}.tmp.npy"
-    np.save(tmp, scores.astype(np.float32))
-    tmp.replace(out / SCORES)
-    record = {"format": RECORD_FORMAT, "export": str(Path(args.export).resolve()), "graph": str(store.path.resolve()),
+    folder.mkdir(parents=True, exist_ok=True)
+    logits = full_graph_logits(model, store, folder, chunk_edges, progress=progress)
+    scores = outputs(logits, "node_bce")
+    tmp = folder / f"{SCORES}.tmp.npy"
+    np.save(tmp, scores)
+    tmp.replace(folder / SCORES)
+    record = {"format": RECORD_FORMAT, "export": str(Path(export).resolve()), "graph": str(store.path.resolve()),
               "graph_manifest_sha256": sha256_file(store.path / MANIFEST), "nodes": store.num_nodes, "inference": "full",
               "seconds": round(time.perf_counter() - began, 1)}
-    atomic_write_text(out / RECORD, json.dumps(record, indent=1))
-    print(f"wrote {out / SCORES}: the anomaly probability of each of {store.num_nodes:,} nodes ({record['seconds']} s)")
-    return 0
+    atomic_write_text(folder / RECORD, json.dumps(record, indent=1))
+    return folder, record

@@ -1,5 +1,5 @@
-"""`launch/train [--nproc_per_node N] CONFIG [dotted.key=value ...] [--resume auto|never|TAG]`:
-torchrun --standalone on one machine, with the preemption exit status passed on.
+"""torchrun --standalone on one machine, with the preemption exit status passed on (`launch/train
+[--nproc_per_node N] CONFIG [dotted.key=value ...] [--resume auto|never|TAG]`, cli/launch_train.py).
 
 Every rank that stops for preemption checkpoints and exits 75 (trainer.EXIT_PREEMPTED, "requeue
 me"), but torchrun reports any failed rank as its own exit status 1, so a requeueing system outside
@@ -19,14 +19,13 @@ The configuration is checked here first: a bad one is one line and exit 2, no pr
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import sys
 import time
 from pathlib import Path
 
-from gtscale.errors import EXIT_USER_ERROR, UserError
+from gtscale.errors import EXIT_USER_ERROR
 from gtscale.train import checkpoint, run_lock
 from gtscale.train.preflight import load_train_config
 
@@ -36,17 +35,8 @@ FORWARDED = (signal.SIGTERM, signal.SIGUSR1)
 AGENT_SIGNALS = "SIGINT,SIGHUP,SIGQUIT"
 
 
-def parse(argv: list[str]) -> argparse.Namespace:
-    from gtscale.train.cli import add_arguments
-
-    parser = argparse.ArgumentParser(prog="launch/train", description=__doc__.split("\n\n")[0], allow_abbrev=False)
-    default = _local_accelerators()
-    parser.add_argument("--nproc_per_node", "--nproc-per-node", type=int, default=default, help=f"training processes (default: one per GPU, else 1; here {default})")
-    add_arguments(parser)  # gtscale train's own: CONFIG, overrides, --resume
-    return parser.parse_args(argv)
-
-
-def _local_accelerators() -> int:
+def local_accelerators() -> int:
+    """Training processes by default: one per GPU, else 1."""
     import torch
 
     return max(1, torch.cuda.device_count())
@@ -118,16 +108,14 @@ def run_torchrun(nproc: int, train_args: list[str]) -> list[int]:
     return []
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse(list(sys.argv[1:] if argv is None else argv))
-    try:
-        cfg = load_train_config(args.config, args.overrides)
-        run_lock.check_free(cfg.run_dir)  # refused here, before any rank starts, when another run holds it
-    except UserError as err:
-        print(f"launch/train: error: {err}", file=sys.stderr)
-        return EXIT_USER_ERROR
+def launch(nproc: int, config: str, overrides: list[str], resume: str) -> int:
+    """Train `config` with `overrides` in `nproc` processes under torchrun; the exit status (module
+    docstring). A refused configuration, or a run_dir another run holds, is a UserError before any
+    process starts."""
+    cfg = load_train_config(config, overrides)
+    run_lock.check_free(cfg.run_dir)  # refused here, before any rank starts, when another run holds it
     start = time.time()
-    codes = run_torchrun(args.nproc_per_node, [args.config, *args.overrides, "--resume", args.resume])
+    codes = run_torchrun(nproc, [config, *overrides, "--resume", resume])
     tag = completed_since(Path(cfg.run_dir) / "checkpoints", start)
     status = exit_status(codes, tag is not None)
     if status == EXIT_PREEMPTED:
@@ -135,7 +123,3 @@ def main(argv: list[str] | None = None) -> int:
     elif EXIT_PREEMPTED in codes:
         print(f"launch/train: ranks exited {EXIT_PREEMPTED} but no checkpoint completed since the launch: exiting {status}", file=sys.stderr)
     return status
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -32,6 +32,7 @@ from gtscale.train.config import TaskConfig, TrainConfig
 from gtscale.train.data_source import split_features
 from gtscale.train.distributed_eval import target_predictions
 from gtscale.train.node_metrics import choose_threshold, node_metrics
+from gtscale.train.outputs import outputs
 from gtscale.train.run_log import RunLog
 
 
@@ -150,6 +151,9 @@ class NodeTask:
     def metrics(self, y_pred: np.ndarray, y_true: np.ndarray, calibration: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, float]:
         threshold = None if calibration is None else validation_threshold(calibration[0][:, 0], calibration[1][:, 0])
         return evaluate_nodes(y_pred[:, 0], y_true[:, 0], threshold)
+
+    def outputs(self, y_pred: np.ndarray) -> np.ndarray:
+        return outputs(y_pred, "node_bce")
 
     def log_start(self, log: RunLog, step: int) -> None:
         """ω, and the features-only baseline on the same train/eval targets."""

@@ -1,19 +1,13 @@
-"""`gtscale plot RUN_DIR`: training loss, evaluation metrics and learning rate to one PNG."""
+"""Training loss, evaluation metrics and learning rate of a run to one PNG (`gtscale plot RUN_DIR`)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from collections import defaultdict
 from pathlib import Path
 
 from gtscale.errors import UserError
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", help="a training run directory (holds metrics.jsonl)")
-    parser.add_argument("--out", default=None, help="PNG path (default RUN_DIR/curves.png)")
 
 
 def read_metrics(path: Path) -> dict[str, dict[str, list[tuple[int, float]]]]:
@@ -70,15 +64,14 @@ def draw(series: dict):
     return fig
 
 
-def run(args: argparse.Namespace) -> int:
-    run_dir = Path(args.run_dir)
+def plot_run(run_dir: Path, out: Path | None = None) -> Path:
+    """Draw RUN_DIR/metrics.jsonl's curves to `out` (default RUN_DIR/curves.png), atomically; its path."""
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
         raise UserError(f"{path}: not found")
     fig = draw(read_metrics(path))
-    out = Path(args.out) if args.out else run_dir / "curves.png"
+    out = out or run_dir / "curves.png"
     tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
     fig.savefig(tmp, dpi=100, format="png")
     os.replace(tmp, out)  # a reader (or a crash) never sees half a PNG
-    print(f"wrote {out}")
-    return 0
+    return out

@@ -2,26 +2,28 @@
 group starts, so that a mismatch is one line naming the key (exit status 2) rather than a failure
 on every rank.
 
-`config.py` checks a TrainConfig on its own (types, ranges); this module checks it against what it
-names: the shards' manifest (or the graph store's), the model built from the model config (on the
-meta device) and the task (evaluator ↔ task type and target count, metric ↔ evaluator, loss ↔
-metric, node-task anomaly weight). `load_train_config` is both, the entry point of every command
+`config.py` checks each field on its own (types, the ranges declared on the fields); this module
+checks what involves several fields (`check_cross_fields`: the schedule's steps, min_lr against
+optimizer.lr, compile against ZeRO and the loader, eval.inference against data.graph), and the
+config against what it names: the shards' manifest (or the graph store's), the model built from
+the model config (on the meta device) and the task (evaluator ↔ task type and target count, metric ↔ evaluator, loss ↔ metric,
+node-task anomaly weight). `load_train_config` is all of them, the entry point of every command
 that starts or plans a run.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from gtscale.errors import UserError
-from gtscale.format.manifest import GRAPH_TASK, NODE_TASK, is_node_task, task_type
+from gtscale.format.manifest import GRAPH_TASK, NODE_TASK, task_type
 from gtscale.models import parse_model_config, pretrained
 from gtscale.train.engine_config import deepspeed_config
 from gtscale.train.config import ERROR_METRICS, TaskConfig, TrainConfig, read_train_config
 from gtscale.train.data_source import task_manifest
 from gtscale.train.node_metrics import METRICS as NODE_METRICS
-from gtscale.train.node_task import resolve_anomaly_weight
-from gtscale.train.target_scaling import resolve_target_scaling
+from gtscale.train.resolve import resolve_config
 from gtscale.train.task_model import check_task_model, task_model_config
 
 #: The evaluator of node shards; it reports node_metrics.METRICS (all higher is better).
@@ -29,13 +31,36 @@ NODE_EVALUATOR = "node-anomaly"
 
 
 def load_train_config(path: str | Path, overrides: list[str]) -> TrainConfig:
-    """Config file + dotted overrides → TrainConfig, checked on its own (config.read_train_config)
-    and against its data and model (`check_run`)."""
-    return check_run(read_train_config(path, overrides))
+    """Config file + dotted overrides → TrainConfig, checked field by field (config.read_train_config),
+    across fields (`check_cross_fields`) and against its data and model (`check_run`)."""
+    return check_run(check_cross_fields(read_train_config(path, overrides)))
+
+
+def check_cross_fields(cfg: TrainConfig) -> TrainConfig:
+    """The constraints between fields, each a UserError naming the dotted key (a field's own range
+    is declared on it and checked as it is read); returns `cfg` unchanged."""
+    total = cfg.schedule.total_steps
+    if not 0 <= cfg.schedule.warmup_steps <= total:
+        raise UserError(f"schedule.warmup_steps: must be in 0..schedule.total_steps, got {cfg.schedule.warmup_steps!r}")
+    if not (math.isfinite(cfg.schedule.min_lr) and 0 <= cfg.schedule.min_lr <= cfg.optimizer.lr):
+        raise UserError(f"schedule.min_lr: must be in [0, optimizer.lr], got {cfg.schedule.min_lr!r}")
+    if not 0 <= cfg.finetune.freeze_backbone_steps <= total:
+        raise UserError(f"finetune.freeze_backbone_steps: must be in 0..schedule.total_steps, got {cfg.finetune.freeze_backbone_steps!r}")
+    if cfg.compile.enabled and cfg.deepspeed.zero_stage >= 3:
+        raise UserError(f"compile.enabled: must be false with deepspeed.zero_stage 3 (its per-module parameter hooks break the one compiled graph), got {cfg.compile.enabled!r}")
+    # CUDA graphs are recorded per input shape: without one shape per bucket they would pile up
+    if cfg.compile.mode == "reduce-overhead" and not cfg.data.loader.pad_to_bucket:
+        raise UserError(f"compile.mode: must be not reduce-overhead (CUDA graphs) without data.loader.pad_to_bucket: true, got {cfg.compile.mode!r}")
+    # full inference scores the nodes of a graph store; whether the model has a layer-wise form is
+    # task_model.check_task_model's question (it builds the model)
+    if cfg.eval.inference == "full" and cfg.data.graph is None:
+        raise UserError(f"eval.inference: must be sampled without data.graph (full scores the nodes of a graph store), got {cfg.eval.inference!r}")
+    return cfg
 
 
 def check_run(cfg: TrainConfig) -> TrainConfig:
-    """The manifest ↔ model ↔ task checks of a TrainConfig; returns it unchanged."""
+    """The manifest ↔ model ↔ task checks of a TrainConfig, which include resolving it
+    (resolve.resolve_config, as the trainer will); returns `cfg`, unchanged."""
     contents = task_manifest(cfg.data)
     manifest = contents["_dir"]
     parse_model_config(task_model_config(cfg, contents))  # the model's own keys, checked here too
@@ -43,15 +68,13 @@ def check_run(cfg: TrainConfig) -> TrainConfig:
     check_task(cfg.task, num_targets, manifest, task_type(contents))
     if "num_outputs" in cfg.task.head:  # like the loader keys: replaced, so never silently
         raise UserError(f"task.head.num_outputs: set by the shards' number of targets ({num_targets} in {manifest}), not by the config; remove it")
-    check_task_model(cfg, num_targets, contents)  # task.head and task.aux_distance fit the model
     splits = contents["splits"]
     for key in ("train_split", "eval_split"):
         if getattr(cfg.data, key) not in splits:
             raise UserError(f"data.{key}: {getattr(cfg.data, key)!r} is not a split of {manifest} (has {', '.join(splits)})")
-    if cfg.task.loss in ("l1", "mse"):
-        resolve_target_scaling(cfg.task, contents, cfg.data.train_split, num_targets)  # auto needs the manifest's statistics
-    if is_node_task(contents):
-        resolve_anomaly_weight(cfg.task, contents, cfg.data.train_split)  # auto needs both classes in the train split
+    # auto target scaling needs the train split's statistics, an auto anomaly weight both classes in it
+    resolved = resolve_config(cfg, contents)
+    check_task_model(resolved, contents)  # task.head and task.aux_distance fit the model
     if cfg.init_from is not None:
         init_weights(cfg.init_from)
     deepspeed_config(cfg, world_size=1, micro_batch=1)  # deepspeed.extra may not replace what gtscale sets

@@ -2,9 +2,9 @@
 
 The sharder records every split's target statistics in the manifest (format/target_stats.py);
 a regression run standardises its targets with those of data.train_split unless the config gives
-numbers, which win. The config check (config.load_train_config) and the trainer both resolve, so a
-Trainer built from a TrainConfig directly gets the same values; the trainer writes them into the
-run's config.yaml, which is what `gtscale evaluate` reads back.
+numbers, which win. resolve.resolve_config puts the values into the run's resolved copy of the
+config (the config check and the trainer both resolve), and the run's config.resolved.yaml records
+them for `gtscale evaluate` and `gtscale export`.
 """
 
 from __future__ import annotations

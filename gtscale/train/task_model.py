@@ -16,7 +16,7 @@ from gtscale.loader.batch import Batch
 from gtscale.models.config import HeadConfig
 from gtscale.models.export import ExportedModel, read_weights
 from gtscale.models.heads import head_input_dim
-from gtscale.train.config import TrainConfig, resolve_model_config
+from gtscale.train.config import ResolvedConfig, TrainConfig, resolve_model_config
 from gtscale.train.feature_targets import FeatureTargets
 
 
@@ -67,27 +67,27 @@ def task_model_config(cfg: TrainConfig, manifest: dict | None = None) -> dict:
     return model_cfg
 
 
-def build_task_model(cfg: TrainConfig, num_targets: int, manifest: dict | None = None) -> tuple[GraphTaskModel, dict]:
-    """The backbone the config names, its task head (the model YAML's `head` with task.head on top,
-    one output per target; a node head on node shards) and EGT's distance head when
-    task.aux_distance is set, the molecule-feature head when task.aux_graph_feat is. A head the
+def build_task_model(resolved: ResolvedConfig, manifest: dict | None = None) -> GraphTaskModel:
+    """The backbone of the resolved model config, its task head (ResolvedConfig.head: a node head
+    on node shards) and EGT's distance head when task.aux_distance is set, the molecule-feature
+    head (as wide as the manifest's graph features) when task.aux_graph_feat is. A head the
     backbone cannot carry is a UserError naming task.head or task.aux_distance."""
     from gtscale.models import build_head, build_model
 
-    model_cfg = task_model_config(cfg, manifest)
-    backbone = build_model(model_cfg)
-    head_cfg = from_dict(HeadConfig, {**model_cfg.get("head", {"kind": "graph"}), **cfg.task.head, "num_outputs": num_targets}, prefix="task.head.")
+    task = resolved.train.task
+    backbone = build_model(resolved.model)
+    head_cfg = from_dict(HeadConfig, resolved.head, prefix="task.head.")
     _check_fits(head_cfg, backbone, "task.head.kind")
     distance_head = None
-    if cfg.task.aux_distance is not None:  # EGT's auxiliary objective (needs output_edges: true)
-        distance_cfg = HeadConfig(kind="distance", **to_dict(cfg.task.aux_distance))
+    if task.aux_distance is not None:  # EGT's auxiliary objective (needs output_edges: true)
+        distance_cfg = HeadConfig(kind="distance", **to_dict(task.aux_distance))
         _check_fits(distance_cfg, backbone, "task.aux_distance")
         distance_head = build_head(distance_cfg, backbone)
     feature_head, feature_targets = None, None
-    if cfg.task.aux_graph_feat is not None:  # a graph head as wide as graph_feat, the task head's hidden layers
+    if task.aux_graph_feat is not None:  # a graph head as wide as graph_feat, the task head's hidden layers
         feature_targets = FeatureTargets.from_manifest(manifest or {}, str((manifest or {}).get("_dir", "the shards")))
         feature_head = build_head(dataclasses.replace(head_cfg, num_outputs=feature_targets.dim, graph_features=0), backbone)
-    return GraphTaskModel(backbone, build_head(head_cfg, backbone), distance_head, feature_head, feature_targets), model_cfg
+    return GraphTaskModel(backbone, build_head(head_cfg, backbone), distance_head, feature_head, feature_targets)
 
 
 def _check_fits(head_cfg: HeadConfig, backbone: nn.Module, key: str) -> None:
@@ -97,22 +97,23 @@ def _check_fits(head_cfg: HeadConfig, backbone: nn.Module, key: str) -> None:
         raise UserError(f"{key}: {err}") from None
 
 
-def check_task_model(cfg: TrainConfig, num_targets: int, manifest: dict | None = None) -> None:
+def check_task_model(resolved: ResolvedConfig, manifest: dict | None = None) -> None:
     """Build the task model on the meta device (shapes only, no memory, no initialisation cost), so
     that task.head and task.aux_distance are checked with the rest of the config, before any
     process group starts; and that a model sampled a graph store (data.graph) takes what the
     sampler gives: EdgeBatches (induced, fanout) or padded Batches (ego), and full-graph
     inference a model with a layer-wise form."""
     with torch.device("meta"):
-        model, model_cfg = build_task_model(cfg, num_targets, manifest)
-    graph, takes_edges = cfg.data.graph, getattr(model.backbone, "takes_edge_batch", False)
+        model = build_task_model(resolved, manifest)
+    model_cfg = resolved.model
+    graph, takes_edges = resolved.train.data.graph, getattr(model.backbone, "takes_edge_batch", False)
     if graph is not None and graph.sampler in ("induced", "fanout") and not takes_edges:
         raise UserError(f"model: {model_cfg.get('name')!r} takes padded dense batches; data.graph (sampler {graph.sampler}) "
                         "gives edge lists of subgraphs: use the sparse ET (form: sparse) or MNA-GT, or data.graph.sampler: ego")
     if graph is not None and graph.sampler == "ego" and takes_edges:
         raise UserError(f"model: {model_cfg.get('name')!r} takes edge lists; data.graph (sampler ego) gives padded dense batches "
                         "of ego subgraphs: use data.graph.sampler: induced or fanout, or a dense model (EGT, Graphormer)")
-    for key, inference in (("data.graph.inference", graph and graph.inference), ("eval.inference", cfg.eval.inference)):
+    for key, inference in (("data.graph.inference", graph and graph.inference), ("eval.inference", resolved.train.eval.inference)):
         if inference == "full" and not hasattr(model.backbone, "layerwise"):
             raise UserError(f"{key}: full needs a model that attends along edges one layer at a time (the sparse ET); "
                             f"{model_cfg.get('name')!r} does not: use {key}: sampled")

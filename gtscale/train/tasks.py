@@ -29,6 +29,7 @@ from gtscale.loader.edge_batch import EdgeBatch
 from gtscale.train.config import TaskConfig, TrainConfig
 from gtscale.train.distributed_eval import gather_predictions
 from gtscale.train.node_task import NodeTask
+from gtscale.train.outputs import outputs
 from gtscale.train.run_log import RunLog
 
 #: (y_pred [n, T], y_true [n, T]) of one split, NaN where unlabelled: what metrics are computed from.
@@ -63,6 +64,9 @@ class Task(Protocol):
     def metrics(self, y_pred: np.ndarray, y_true: np.ndarray, calibration: Rows | None = None) -> dict[str, float]:
         """Metrics of one split's gathered rows; `calibration`: the rows of calibration_split
         (None: calibrate on these rows themselves, as while training)."""
+
+    def outputs(self, y_pred: np.ndarray) -> np.ndarray:
+        """What a user is given of gathered prediction rows (`outputs`)."""
 
     def log_start(self, log: RunLog, step: int) -> None:
         """What rank 0 reports once per job before training (node tasks: ω and a features-only baseline)."""
@@ -107,8 +111,10 @@ class GraphTask:
         return task_loss(scores, batch.y, batch.y_mask, self.task)
 
     def prediction_rows(self, batch: Batch, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        target = torch.where(batch.y_mask, batch.y.float(), torch.nan)
-        return batch.idx, torch.cat([predictions(scores, self.task), target], dim=1)
+        """Targets NaN when the batch carries none (molecules read from SMILES to predict)."""
+        values = predictions(scores, self.task)
+        target = torch.full_like(values, torch.nan) if batch.y is None else torch.where(batch.y_mask, batch.y.float(), torch.nan)
+        return batch.idx, torch.cat([values, target], dim=1)
 
     def target_totals(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         mask = batch.y_mask
@@ -116,6 +122,9 @@ class GraphTask:
 
     def metrics(self, y_pred: np.ndarray, y_true: np.ndarray, calibration: Rows | None = None) -> dict[str, float]:
         return evaluate(y_pred, y_true, self.task)
+
+    def outputs(self, y_pred: np.ndarray) -> np.ndarray:
+        return outputs(y_pred, self.task.loss)
 
     def log_start(self, log: RunLog, step: int) -> None:
         """Nothing to report: graph tasks have no weights or baselines of their own."""

@@ -63,9 +63,7 @@ from typing import Iterator
 import numpy as np
 import torch
 import torch.distributed as dist
-import yaml
 
-from gtscale.config import to_dict
 from gtscale.loader.batch import Batch
 from gtscale.loader.edge_batch import EdgeBatch
 from gtscale.loader.workers import start_fork_server
@@ -80,10 +78,10 @@ from gtscale.train.engine_config import check_with_deepspeed, deepspeed_config, 
 from gtscale.train.preflight import init_weights
 from gtscale.train.run_log import RunLog
 from gtscale.train.stop_signals import LOADER_FAILURES, StopSignals
-from gtscale.train.task_model import build_task_model, load_backbone, loader_keys
+from gtscale.train.resolve import record_configs, recorded_path, resolve_config
+from gtscale.train.task_model import build_task_model, load_backbone
 from gtscale.train.tasks import build_task, predict
 from gtscale.train.eval_schedule import Patience, eval_interval
-from gtscale.train.target_scaling import resolve_target_scaling
 from gtscale.train.throughput import StepResult, ThroughputWindow, progress_rate, real_nodes
 
 #: Exit status after checkpointing on SIGTERM / SIGUSR1: "stopped for preemption, requeue me".
@@ -93,7 +91,8 @@ EXIT_PREEMPTED = 75
 
 class Trainer:
     def __init__(self, cfg: TrainConfig, resume: str = "never"):
-        self.cfg = cfg
+        """Train `cfg` (the user's config, which is never written to: the run trains with its
+        resolved copy, self.cfg, and records both in run_dir)."""
         self.run_dir = Path(cfg.run_dir)
         self.ckpt_dir = self.run_dir / "checkpoints"
         self._lock: run_lock.RunLock | None = None
@@ -111,22 +110,17 @@ class Trainer:
 
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self._lock = run_lock.acquire_on_rank0(self.run_dir)  # one run per run_dir, before anything is read or written
+        self.manifest = task_manifest(cfg.data)  # shards' manifest, or the same keys for a graph store
+        given, self.resolved = cfg, resolve_config(cfg, self.manifest)
+        cfg = self.cfg = self.resolved.train  # target scaling, loader keys and pin_memory resolved
+        num_targets = self.resolved.num_targets
         torch.manual_seed(cfg.seed)  # identical initial weights on every rank
         np.random.seed(cfg.seed + self.rank)
-
-        self.manifest = task_manifest(cfg.data)  # shards' manifest, or the same keys for a graph store
-        num_targets = int(self.manifest["task"]["num_targets"])
-        if cfg.task.loss in ("l1", "mse"):  # auto → the train split's statistics; config.yaml records the values
-            cfg.task.target_shift, cfg.task.target_scale = resolve_target_scaling(cfg.task, self.manifest, cfg.data.train_split, num_targets)
         self.task = build_task(cfg, self.manifest)
-        model, self.model_cfg = build_task_model(cfg, num_targets, self.manifest)
+        model = build_task_model(self.resolved, self.manifest)
         if cfg.init_from is not None:
             load_backbone(model, str(init_weights(cfg.init_from)))
-        keys, path_dist = loader_keys(model.backbone, self.model_cfg, self.task.target_key, feature_targets=model.feature_head is not None)
         loader_cfg = cfg.data.loader
-        loader_cfg.keys, loader_cfg.path_edges_max_dist = keys, path_dist
-        # Page-locked batches make the host→GPU copies asynchronous (non_blocking below).
-        loader_cfg.pin_memory = loader_cfg.pin_memory or torch.cuda.is_available()
         self.train_loader = split_loader(cfg.data, self.manifest, cfg.data.train_split, loader_cfg, train=True, rank=self.rank, world_size=self.world_size)
         self.eval_loader = None  # eval.inference full scores the whole store instead of sampled batches
         if cfg.eval.inference == "sampled":
@@ -159,12 +153,9 @@ class Trainer:
         self._nonfinite_run = 0
         self._shapes: set[tuple[int, ...]] = set()
         self._resume(resume)
-        if self.rank == 0:
+        if self.rank == 0:  # after _resume, which compares the model with the checkpoints' record
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            # keys of config.RUN_RECORD_KEYS, which `gtscale evaluate` leaves out when it reads this back
-            record = {"model_resolved": self.model_cfg, "num_targets": num_targets, "world_size": self.world_size, "backend": dist.get_backend()}
-            resolved = to_dict(cfg) | record
-            atomic_write_text(self.run_dir / "config.yaml", yaml.safe_dump(resolved, sort_keys=False))
+            record_configs(self.run_dir, given, self.resolved, world_size=self.world_size, backend=dist.get_backend())
         dist.barrier()
         self.log = RunLog(self.run_dir, self.rank == 0, cfg.logging.tensorboard, cfg.logging.progress, cfg.schedule.total_steps, self.step)
         if self.rank == 0:
@@ -192,9 +183,10 @@ class Trainer:
             raise UserError(f"{self.ckpt_dir}: no complete checkpoint {resume!r} (have {', '.join(tags) or 'none'})")
         try:
             tag, state = checkpoint.restore(self.engine, self.ckpt_dir, tags if resume == "auto" else [resume], fallback=resume == "auto")
-        except checkpoint.ModelMismatch as err:  # name what was edited since: config.yaml is still the checkpoints' own
-            changed = checkpoint.model_changes(self.run_dir / "config.yaml", self.model_cfg, self.cfg.task.head)
-            raise UserError(f"{err}; this config differs from {self.run_dir / 'config.yaml'} in {'; '.join(changed[:4]) or 'no recorded key'}") from None
+        except checkpoint.ModelMismatch as err:  # name what was edited since: the record is still the checkpoints' own
+            recorded = recorded_path(self.run_dir)
+            changed = checkpoint.model_changes(recorded, self.resolved.model, self.cfg.task.head)
+            raise UserError(f"{err}; this config differs from {recorded} in {'; '.join(changed[:4]) or 'no recorded key'}") from None
         if len(state["loader"]) != self.world_size:
             raise RuntimeError(f"{self.ckpt_dir / tag}: saved by {len(state['loader'])} ranks, resuming with {self.world_size}")
         self.step, self.best = state["step"], state["best"]
@@ -394,7 +386,7 @@ class Trainer:
             if self.rank == 0:
                 state = {name: t.detach().float().clone() for name, t in [*module.named_parameters(), *module.named_buffers()]}
                 with torch.device("meta"):  # shapes only: the weights come from `state`, and no RNG is drawn
-                    model, _ = build_task_model(self.cfg, int(self.manifest["task"]["num_targets"]), self.manifest)
+                    model = build_task_model(self.resolved, self.manifest)
                 model.load_state_dict(state, assign=True)
                 result = [self._full_metrics(model)]
         dist.broadcast_object_list(result, src=0)

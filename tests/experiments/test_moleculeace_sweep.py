@@ -11,7 +11,7 @@ import yaml
 from gtscale.cli import main
 from gtscale.experiments import moleculeace
 from gtscale.format.manifest import load_manifest
-from gtscale.train.evaluate_cli import evaluate_run
+from gtscale.train.evaluate import evaluate_run
 
 SET = "CHEMBL2835_Ki"  # 615 molecules, the smallest bundled set
 
@@ -56,7 +56,7 @@ def test_sweep_scores_each_seed_best_checkpoint_on_test_and_compares_with_ecfp(a
         assert sorted(valid) == [1, 2, 3] and run["tag"] == f"step-{best_step:08d}" and run["best_valid"] == valid[best_step]
         saved = json.loads((Path(run["run_dir"]) / "eval" / f"test-{run['tag']}.json").read_text())
         assert saved["samples"] == test_samples and saved["metrics"]["rmse"] == run["metrics"]["rmse"]
-        resolved = yaml.safe_load((Path(run["run_dir"]) / "config.yaml").read_text())
+        resolved = yaml.safe_load((Path(run["run_dir"]) / "config.resolved.yaml").read_text())
         assert resolved["seed"] == resolved["data"]["loader"]["seed"] == run["seed"]  # init and data order
         train_stats = load_manifest(ace_shards)["task"]["target_stats"]["train"]  # task.target_* auto: the train split's
         assert resolved["task"]["target_shift"] == train_stats["mean"] and resolved["task"]["target_scale"] == train_stats["std"]
@@ -86,13 +86,6 @@ def test_sweep_scores_each_seed_best_checkpoint_on_test_and_compares_with_ecfp(a
     table = capsys.readouterr().out.splitlines()
     assert table[0] == "| run | rmse | cliff_rmse | mae |"
     assert [line.split(" |")[0] for line in table[2:]] == ["| egt", "| egt, ensemble of 2", "| ECFP4 + SVR", "| ECFP4 + RF"]
-
-
-def test_baseline_refuses_shards_that_are_not_moleculeace(tmp_path, capsys):
-    shards = tmp_path / "tpsa"
-    assert main(["shard", "nci-tpsa", "--out", str(shards), "--shard-size", "5000", "--no-progress", "--lap-k", "0"]) == 0
-    assert main(["baseline", "ecfp", str(shards), "--out", str(tmp_path / "o")]) == 2
-    assert "is not a MoleculeACE set" in capsys.readouterr().err and not (tmp_path / "o").exists()
 
 
 def test_evaluate_refuses_a_folder_that_is_no_run(tmp_path, capsys):

@@ -2,7 +2,6 @@
 seeds, 2 steps) with its ensemble and its blend with the SVR, in one table whose cells are the
 arms' own sweep results; `gtscale predict` on the exports gives the blend's predictions."""
 
-import argparse
 import json
 import os
 from pathlib import Path
@@ -69,15 +68,15 @@ def test_table_of_ecfp_and_a_trained_arm_with_its_ensemble_and_blend(tmp_path, c
     assert cells["blend"]["rmse"]["mean"] == pytest.approx(expected_rmse, rel=1e-9)
     assert table["mean"]["blend"]["sets"] == 1 and "cliff_rmse" in cells["blend"]
 
-    # ... which `gtscale predict` gives from the seeds' best exports and the SVR's, weighted 1 1 2
+    # ... which `gtscale predict` gives from the seeds' best exports (where the sweep leaves them,
+    # seed-S/export, as `gtscale export` would) and the SVR's, weighted 1 1 2
     shards = out / "shards" / SET
     source = moleculeace.source_table(shards)
     csv = tmp_path / "test.csv"
     pd.DataFrame({"smiles": [source.smiles[i] for i in idx.tolist()]}).to_csv(csv, index=False)
-    exports = []
-    for seed in (0, 1):
-        assert main(["export", str(out / SET / "scratch" / f"seed-{seed}"), "--out", str(tmp_path / f"export-{seed}")]) == 0
-        exports.append(str(tmp_path / f"export-{seed}"))
+    exports = [str(out / SET / "scratch" / f"seed-{seed}" / "export") for seed in (0, 1)]
+    for seed, export in zip((0, 1), exports):
+        assert json.loads((Path(export) / "export.json").read_text())["tag"] == seeds_row["runs"][seed]["tag"]
     assert main(["predict", *exports, str(out / SET / "ecfp" / "export"), "--weights", "1", "1", "2", "--input", str(csv),
                  "--out", str(tmp_path / "blend.csv"), "--no-progress"]) == 0
     predicted = pd.read_csv(tmp_path / "blend.csv")
@@ -105,33 +104,33 @@ def test_table_of_ecfp_and_a_trained_arm_with_its_ensemble_and_blend(tmp_path, c
 
 
 def seeds_row_task(row: dict):
-    from gtscale.train.evaluate_cli import run_config
+    from gtscale.train.evaluate import run_config
 
     return run_config(Path(row["runs"][0]["run_dir"])).task
 
 
-def args(**values) -> argparse.Namespace:
-    defaults = {"overrides": [], "arms": list(mt.ALL_ARMS), "config": [], "override": [], "init_from": None, "graph_features": None}
-    return argparse.Namespace(**(defaults | values))
+def trained(**values) -> dict:
+    """mt.trained_arms of every arm, with `values` in place of the defaults."""
+    return mt.trained_arms(**({"arms": list(mt.ALL_ARMS)} | values))
 
 
 def test_the_features_arm_passes_its_shard_option_and_overrides_reach_their_arms():
-    arms = mt.trained_arms(args(graph_features="morgan2048", init_from="pre.pt", override=["scratch:optimizer.lr=0.01"], overrides=["seed=0"]))
+    arms = trained(graph_features="morgan2048", init_from="pre.pt", arm_overrides=["scratch:optimizer.lr=0.01"], overrides=["seed=0"])
     assert arms["finetune-features"][0].shard_args == ("--graph-features", "morgan2048")
     assert arms["finetune"][0].shard_args == () and arms["finetune"][1] == ["seed=0", "init_from=pre.pt"]
     assert arms["scratch"][1] == ["seed=0", "optimizer.lr=0.01"]  # init_from only for the fine-tuned arms
-    assert mt.trained_arms(args())["finetune-features"][0].shard_args == ("--graph-features", "morgan2048,rdkit2d")
-    assert list(mt.trained_arms(args(arms=["ecfp", "finetune"]))) == ["finetune"]
+    assert trained()["finetune-features"][0].shard_args == ("--graph-features", "morgan2048,rdkit2d")
+    assert list(trained(arms=["ecfp", "finetune"])) == ["finetune"]
 
 
 @pytest.mark.parametrize("values, message", [
-    ({"config": ["nope=x.yaml"]}, "'nope' is not a trained arm"),
-    ({"override": ["scratch=1"]}, "--override: 'scratch=1' should look like ARM:…"),
-    ({"config": [f"scratch={os.devnull}.missing"]}, "--config scratch: "),
+    ({"configs": ["nope=x.yaml"]}, "'nope' is not a trained arm"),
+    ({"arm_overrides": ["scratch=1"]}, "--override: 'scratch=1' should look like ARM:…"),
+    ({"configs": [f"scratch={os.devnull}.missing"]}, "--config scratch: "),
 ])
 def test_bad_arm_options_are_one_line_errors(values, message):
     with pytest.raises(UserError, match=message):
-        mt.trained_arms(args(**values))
+        trained(**values)
 
 
 def test_unknown_set_and_an_ensemble_without_its_arm_are_refused(tmp_path, capsys):

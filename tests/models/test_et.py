@@ -216,13 +216,14 @@ def test_et_trains_through_the_task_model():
     from gtscale.loader.collate import collate
     from gtscale.prep.featurize import featurize_smiles
     from gtscale.prep.structure import StructureOptions, structure
-    from gtscale.train.config import TrainConfig
-    from gtscale.train.task_model import build_task_model, loader_keys
+    from gtscale.train.config import ResolvedConfig, TrainConfig
+    from gtscale.train.task_model import build_task_model, loader_keys, task_model_config
     from gtscale.train.tasks import task_loss
 
     cfg = from_dict(TrainConfig, load_yaml(CONFIG_ROOT / "tasks" / "wehi-pains-et.yaml"))
+    model_cfg = task_model_config(cfg)  # no shards here: the model config as the YAML gives it
     torch.manual_seed(0)
-    model, model_cfg = build_task_model(cfg, num_targets=1)
+    model = build_task_model(ResolvedConfig(cfg, model_cfg, num_targets=1))
     keys, _ = loader_keys(model.backbone, model_cfg)
     assert schema.LAP_PE in keys
     records = []

@@ -52,6 +52,20 @@ def test_state_keys_follow_the_trainers_task_model():
     assert issubclass(GraphTaskModel, ExportedModel)
 
 
+def test_an_exported_model_reads_the_molecule_features_its_head_was_trained_with(graphs):
+    """load_exported's model computes what the trainer's task model computed: with graph_feat when
+    its head reads them (the molecule features of `shard --graph-features`)."""
+    from gtscale.train.task_model import GraphTaskModel
+
+    cfg = {**small_config(), "head": {"kind": "graph", "num_outputs": 3, "graph_features": 5}}
+    torch.manual_seed(0)
+    model = build_exported(cfg).eval()
+    batch = make_batch(graphs)
+    batch.graph_feat = torch.randn(batch.num_graphs, 5)
+    with torch.no_grad():
+        torch.testing.assert_close(model(batch), GraphTaskModel(model.backbone, model.head).eval()(batch)[0])
+
+
 def test_folder_without_the_export_files_is_refused(tmp_path):
     (tmp_path / "model.pt").write_bytes(b"")
     with pytest.raises(UserError, match=r"not a gtscale export \(no model.yaml, export.json\)"):

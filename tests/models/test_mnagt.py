@@ -110,13 +110,13 @@ def test_batch_and_edge_batch_inputs_agree(graphs, readout):
 
 def test_mnagt_trains_through_the_task_model(graphs):
     from gtscale.config import CONFIG_ROOT, from_dict, load_yaml
-    from gtscale.train.config import TrainConfig
-    from gtscale.train.task_model import build_task_model
+    from gtscale.train.config import ResolvedConfig, TrainConfig
+    from gtscale.train.task_model import build_task_model, task_model_config
     from gtscale.train.tasks import task_loss
 
     cfg = from_dict(TrainConfig, load_yaml(CONFIG_ROOT / "tasks" / "nci-tpsa-mnagt.yaml"))
     torch.manual_seed(0)
-    model, _ = build_task_model(cfg, num_targets=1)
+    model = build_task_model(ResolvedConfig(cfg, task_model_config(cfg), num_targets=1))  # no shards here
     batch = make_batch(graphs)
     y = torch.randn(batch.num_graphs, 1)
     scores, _ = model.train()(batch)

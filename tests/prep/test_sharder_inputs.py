@@ -141,7 +141,7 @@ def test_code_version_ignores_comments_but_not_code(monkeypatch, tmp_path):
 def test_produced_by_names_flags_the_sharder_has():
     import argparse
 
-    from gtscale.prep.cli import add_arguments
+    from gtscale.cli.shard import add_arguments
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)

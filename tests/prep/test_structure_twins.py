@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gtscale.prep.structure import _svd_encodings, _twin_classes, _twin_reduced_svd_encodings
+from gtscale.prep.structure import _svd_encodings, _twin_classes, _twin_reduced_svd_encodings, twins_halve
 
 RANK = 8
 
@@ -108,3 +108,16 @@ def test_graphs_the_reduction_leaves_get_the_eigh_path_bytes(case):
     batch = np.stack([adj, adj])
     assert not _twin_reduced_svd_encodings(batch, RANK, np.zeros((2, n, 2 * RANK))).any()
     assert _svd_encodings(batch, RANK).tobytes() == _svd_encodings(batch, RANK, reduce_twins=False).tobytes()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 40), st.integers(0, 2**32 - 1), st.floats(0.0, 0.5), st.integers(0, 20))
+def test_twins_halve_is_the_condition_the_twin_kernel_checks(n, seed, density, leaves):
+    """The numpy pre-check that keeps molecules off the twin kernel decides as the kernel would."""
+    rng = np.random.default_rng(seed)
+    adj = np.triu(rng.random((n, n)) < density, 1)
+    adj[0, n - min(leaves, n - 1):] = True  # leaves hung off node 0: twins
+    adj = np.triu(adj, 1)
+    adj = adj | adj.T
+    cls = np.empty(n, np.int64)
+    assert twins_halve(adj[None])[0] == (2 * _twin_classes(adj.astype(np.float64), cls) <= n)

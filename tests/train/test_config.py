@@ -17,7 +17,7 @@ def train_cli(*args):
     [
         ("optimizer.lrr=0.1", "optimizer.lrr: unknown key"),
         ("optimizer.lr=fast", "optimizer.lr: expected a number"),
-        ("deepspeed.zero_stage=4", "deepspeed.zero_stage: must be 0, 1, 2 or 3"),
+        ("deepspeed.zero_stage=4", "deepspeed.zero_stage: must be in 0..3"),
         ("data.shards=/nonexistent/shards", "/nonexistent/shards/manifest.json not found"),
         ("data.loader.batching=bytes", "data.loader.batching"),
         ("deepspeed=zero9", "no preset 'zero9'"),

@@ -1,5 +1,6 @@
 """Every config value a run cannot use is refused with the rest of the config, before any process
-group starts: ranges (config.RANGES), the head the model must carry, the evaluator the shards'
+group starts: ranges (declared on the fields of config.py), constraints between fields
+(preflight.check_cross_fields), the head the model must carry, the evaluator the shards'
 targets must fit, and the loader fields the model chooses."""
 
 import json
@@ -29,16 +30,16 @@ def refusal(tpsa_shards, tmp_path, *overrides, **sections) -> str:
         ("checkpoint.every=0", "checkpoint.every: must be >= 1, got 0"),
         ("checkpoint.every=-5", "checkpoint.every: must be >= 1, got -5"),
         ("logging.every=0", "logging.every: must be >= 1, got 0"),
-        ("eval.every=-1", "eval.every: must be >= 0 (0 = only at the end), or epoch, got -1"),
+        ("eval.every=-1", "eval.every: must be >= 0 (0 = only at the end, or epoch), got -1"),
         ("eval.every=often", "eval.every: 'often' is not one of 'epoch'"),
         ("eval.patience=-1", "eval.patience: must be >= 0 (0 = never stop early), got -1"),
         ("checkpoint.keep=-1", "checkpoint.keep: must be >= 0"),
         ("optimizer.lr=-0.001", "optimizer.lr: must be >= 0, got -0.001"),
         ("optimizer.lr=.inf", "optimizer.lr: must be >= 0, got inf"),
         ("optimizer.lr=.nan", "optimizer.lr: must be >= 0, got nan"),
-        ("optimizer.betas=[0.9,1.0]", "optimizer.betas: must be two numbers in [0, 1)"),
-        ("optimizer.betas=[-0.1,0.9]", "optimizer.betas: must be two numbers in [0, 1)"),
-        ("optimizer.betas=[0.9]", "optimizer.betas: must be two numbers in [0, 1)"),
+        ("optimizer.betas=[0.9,1.0]", "optimizer.betas: must be 2 values, each in [0, 1), got [0.9, 1.0]"),
+        ("optimizer.betas=[-0.1,0.9]", "optimizer.betas: must be 2 values, each in [0, 1)"),
+        ("optimizer.betas=[0.9]", "optimizer.betas: must be 2 values, each in [0, 1), got [0.9]"),
         ("optimizer.eps=0", "optimizer.eps: must be > 0, got 0.0"),
         ("optimizer.weight_decay=-0.01", "optimizer.weight_decay: must be >= 0"),
         ("schedule.min_lr=-0.00001", "schedule.min_lr: must be in [0, optimizer.lr]"),
@@ -48,17 +49,45 @@ def refusal(tpsa_shards, tmp_path, *overrides, **sections) -> str:
         ("schedule.total_steps=0", "schedule.total_steps: must be >= 1"),
         ("deepspeed.gradient_accumulation_steps=0", "deepspeed.gradient_accumulation_steps: must be >= 1, got 0"),
         ("deepspeed.gradient_clipping=-1", "deepspeed.gradient_clipping: must be >= 0"),
-        ("deepspeed.zero_stage=4", "deepspeed.zero_stage: must be 0, 1, 2 or 3, got 4"),
+        ("deepspeed.zero_stage=4", "deepspeed.zero_stage: must be in 0..3, got 4"),
         ("task.target_scale=0", "task.target_scale: must be > 0"),
         ("task.target_shift=.nan", "task.target_shift: must be finite"),
-        ("seed=-1", "seed: must be in 0..2**31-1"),
+        ("seed=-1", "seed: must be in 0..2147483647 (numpy seeds seed + rank), got -1"),
         ("data.loader.seed=-3", "data.loader.seed: must be >= 0, got -3"),
         ("max_nonfinite=0", "max_nonfinite: must be >= 1"),
         ("max_steps=0", "max_steps: must be >= 1"),
+        ("data.loader.num_workers=-1", "data.loader.num_workers: must be >= 0, got -1"),
+        ("data.loader.bucket_ratio=1.0", "data.loader.bucket_ratio: must be > 1, got 1.0"),
+        ("data.loader.prefetch_factor=0", "data.loader.prefetch_factor: must be >= 1, got 0"),
+        ("data.loader.bucket_boundaries=[0,8]", "data.loader.bucket_boundaries: must be >= 1 (each value), got [0, 8]"),
     ],
 )
 def test_out_of_range_values_name_the_dotted_key(tpsa_shards, tmp_path, override, message):
     assert message in refusal(tpsa_shards, tmp_path, override)
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["finetune.freeze_backbone_steps=21"], "finetune.freeze_backbone_steps: must be in 0..schedule.total_steps, got 21"),
+        (["compile.enabled=true", "deepspeed.zero_stage=3"], "compile.enabled: must be false with deepspeed.zero_stage 3"),
+        (["compile.mode=reduce-overhead"], "compile.mode: must be not reduce-overhead (CUDA graphs) without data.loader.pad_to_bucket: true"),
+    ],
+)
+def test_constraints_across_sections_name_the_dotted_key(tpsa_shards, tmp_path, overrides, message):
+    assert message in refusal(tpsa_shards, tmp_path, *overrides)
+
+
+def test_a_config_copied_in_code_meets_the_same_ranges(tpsa_shards, tmp_path):
+    """dataclasses.replace runs __post_init__: a copy with a value out of range is refused, naming the key."""
+    import dataclasses
+
+    from gtscale.errors import UserError
+    from gtscale.train.preflight import load_train_config
+
+    cfg = load_train_config(write_config(tmp_path / "c.yaml", tpsa_shards, tmp_path / "run"), [])
+    with pytest.raises(UserError, match=r"^optimizer\.eps: must be > 0, got 0\.0$"):
+        dataclasses.replace(cfg, optimizer=dataclasses.replace(cfg.optimizer, eps=0.0))
 
 
 def test_aux_distance_ranges_and_edges(tpsa_shards, tmp_path):
@@ -88,12 +117,15 @@ def test_head_check_builds_nothing_for_real(tpsa_shards, tmp_path):
     """The head check builds the model on the meta device: no parameter memory, however large."""
     import torch
 
+    from gtscale.format.manifest import load_manifest
     from gtscale.train.preflight import load_train_config
+    from gtscale.train.resolve import resolve_config
     from gtscale.train.task_model import build_task_model
 
     cfg = load_train_config(write_config(tmp_path / "c.yaml", tpsa_shards, tmp_path / "run", model="egt-larger"), ["model_overrides={}"])
+    resolved = resolve_config(cfg, load_manifest(tpsa_shards))
     with torch.device("meta"):
-        model, _ = build_task_model(cfg, 1)
+        model = build_task_model(resolved)
     assert sum(p.numel() for p in model.parameters()) > 50_000_000
     assert all(p.device.type == "meta" for p in model.parameters())
 

@@ -97,7 +97,7 @@ def _whole_graph_logits(run_dir, store, tag: str = "step-00000020") -> np.ndarra
 
 
 def test_evaluate_full_scores_every_test_node_with_all_its_neighbours(run_dir, store):
-    from gtscale.train.evaluate_cli import evaluate_run
+    from gtscale.train.evaluate import evaluate_run
 
     labels, split = _splits(store)
     result = evaluate_run(run_dir, "test", "best", inference="full")

@@ -78,14 +78,16 @@ def test_the_feature_head_learns_the_bits_and_the_task_head_does_not_read_them(m
     from gtscale.loader.config import LoaderConfig
     from gtscale.loader.stream import build_loader
     from gtscale.train.preflight import load_train_config
-    from gtscale.train.task_model import build_task_model, loader_keys
+    from gtscale.train.resolve import resolve_config
+    from gtscale.train.task_model import build_task_model
 
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(config(morgan_shards, tmp_path / "run", aux_graph_feat={"weight": 0.5})))
-    cfg = load_train_config(tmp_path / "c.yaml", [])
     manifest = load_manifest(morgan_shards)
-    model, model_cfg = build_task_model(cfg, 1, manifest)
-    assert not model_cfg.get("head", {}).get("graph_features")  # targets, not inputs
-    keys, _ = loader_keys(model.backbone, model_cfg, feature_targets=True)
+    resolved = resolve_config(load_train_config(tmp_path / "c.yaml", []), manifest)
+    model = build_task_model(resolved, manifest)
+    assert not resolved.model.get("head", {}).get("graph_features")  # targets, not inputs
+    keys = resolved.train.data.loader.keys
+    assert "graph_feat" in keys  # … which the loader reads all the same
     batch = next(iter(build_loader(manifest, "train", LoaderConfig(batching="graphs", batch_size=8, num_workers=0, keys=keys), train=True)))
     assert batch.graph_feat.shape == (8, 2048)
 

@@ -60,8 +60,11 @@ def test_frozen_steps_zero_the_backbone_lambdas_only():
     ("freeze_backbone_steps", 101, "finetune.freeze_backbone_steps: must be in 0..schedule.total_steps"),
 ])
 def test_out_of_range_finetune_values_name_the_key(key, value, needle):
+    """A field's own range as it is read; the steps frozen against schedule.total_steps across fields."""
+    from gtscale.train.preflight import check_cross_fields
+
     with pytest.raises(UserError, match=needle.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
-        config(**{key: value})
+        check_cross_fields(config(**{key: value}))
 
 
 def test_zero2_engine_keeps_the_backbone_still_while_frozen_then_trains_it():

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gtscale.bench.gpu_check import main, max_relative_difference, train_losses
+from gtscale.bench.gpu_check import max_relative_difference, train_losses
+from gtscale.cli.gpu_check import main
 from gtscale.bench.gpu_report import StepRecord, write_report
 from gtscale.cli import main as gtscale
 

@@ -115,7 +115,7 @@ def test_two_ranks_evaluate_each_val_node_once_and_learn(two_rank_run, splits):
 
 @pytest.mark.slow
 def test_evaluate_test_split_uses_the_validation_threshold(two_rank_run):
-    from gtscale.train.evaluate_cli import evaluate_run
+    from gtscale.train.evaluate import evaluate_run
     from gtscale.train.node_metrics import choose_threshold, node_metrics
 
     test = evaluate_run(two_rank_run, "test", "best")

@@ -16,14 +16,14 @@ pytestmark = pytest.mark.slow
 LR, EPS = 1.0, 1.0  # large steps: the float32 rounding of p + Δ stays far below the tolerance
 
 
-def _step_batches(cfg, model, model_cfg, world_size: int, micro: int):
-    """The micro-batches each rank trains on in step 1: the trainer's loaders, rebuilt here."""
-    from gtscale.loader.stream import build_loader
-    from gtscale.train.task_model import loader_keys
+def _step_batches(cfg, world_size: int, micro: int):
+    """The micro-batches each rank trains on in step 1: the trainer's loaders (of the resolved
+    `cfg`), rebuilt here."""
+    from dataclasses import replace
 
-    loader_cfg = cfg.data.loader
-    loader_cfg.keys, loader_cfg.path_edges_max_dist = loader_keys(model.backbone, model_cfg, feature_targets=model.feature_head is not None)
-    loader_cfg.num_workers = 0  # same stream: a worker's shards and seeds depend on its logical id only
+    from gtscale.loader.stream import build_loader
+
+    loader_cfg = replace(cfg.data.loader, num_workers=0)  # same stream: a worker's shards and seeds depend on its logical id only
     out = []
     for rank in range(world_size):
         loader = build_loader(cfg.data.shards, cfg.data.train_split, loader_cfg, train=True, rank=rank, world_size=world_size)
@@ -63,6 +63,7 @@ def check_first_update(shards, tmp_path, feature_weight: float | None) -> None:
     from gtscale.format.manifest import load_manifest
     from gtscale.train.preflight import load_train_config
     from gtscale.train.export import export
+    from gtscale.train.resolve import resolve_config
     from gtscale.train.task_model import build_task_model
 
     task = {} if feature_weight is None else {"aux_graph_feat": {"weight": feature_weight}}
@@ -75,11 +76,13 @@ def check_first_update(shards, tmp_path, feature_weight: float | None) -> None:
     assert run_ranks(2, [str(config)], tmp_path / "log") == [0, 0], logs(tmp_path / "log")
     trained = torch.load(export(tmp_path / "run", "latest", tmp_path / "export") / "model.pt", weights_only=True)
 
-    cfg = load_train_config(config, [])
+    manifest = load_manifest(shards)
+    resolved = resolve_config(load_train_config(config, []), manifest)
+    cfg = resolved.train
     torch.manual_seed(cfg.seed)  # the trainer's initial weights
-    model, model_cfg = build_task_model(cfg, num_targets=1, manifest=load_manifest(shards))
+    model = build_task_model(resolved, manifest)
     initial = {name: p.detach().clone().numpy() for name, p in model.named_parameters() if name in trained}
-    batches = _step_batches(cfg, model, model_cfg, world_size=2, micro=2)
+    batches = _step_batches(cfg, world_size=2, micro=2)
     graphs = [b.num_graphs for b in batches]
     assert len(set(graphs)) > 1, graphs  # node-budget batching: micro-batches of unequal graph counts
 

@@ -56,7 +56,7 @@ def test_node_config_resolves_model_and_weight(ego_shards, tmp_path):
     (["task.loss=l1"], "task.loss: 'l1' does not suit evaluator 'node-anomaly'"),
     (["task.metric=mae"], "task.metric: 'mae' is not reported by evaluator 'node-anomaly'"),
     (["task.evaluator=pcqm4mv2", "task.loss=l1", "task.metric=mae"], "task.evaluator:"),
-    (["task.anomaly_weight=-1.0"], "task.anomaly_weight: must be auto or a number > 0"),
+    (["task.anomaly_weight=-1.0"], "task.anomaly_weight: must be > 0, got -1.0"),
     (["task.anomaly_weight=often"], "task.anomaly_weight:"),
     (["data.train_split=nowhere"], "data.train_split: 'nowhere' is not a split of"),
 ])
@@ -179,7 +179,7 @@ def test_ego_sampler_gives_the_ego_shards_batches(ego_shards, tmp_path):
     expected = sorted(r.item() for b in offline for r in b.target_id.reshape(-1))
     assert idx.tolist() == expected and not np.isnan(y_true).any()
     assert "takes edge lists; data.graph (sampler ego)" in refusal(path, "model=et-tfinance", "model_overrides={}")
-    assert "data.graph.fanouts: must be one or more fan-outs" in refusal(path, "data.graph.fanouts=[]")
+    assert "data.graph.fanouts: must be 1 or more values, each >= 1, got []" in refusal(path, "data.graph.fanouts=[]")
 
 
 def test_an_edge_batch_without_targets_names_the_missing_fields():

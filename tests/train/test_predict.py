@@ -151,7 +151,7 @@ def test_an_export_of_several_targets_predicts_each_of_them(tmp_path):
     assert main(["shard", "smiles-csv", "--input", str(csv), "--target-columns", "tpsa,tenth", "--split-column", "split",
                  "--out", str(shards), "--no-progress", "--lap-k", "0", "--svd-rank", "4"]) == 0
     run_dir = train_tiny(shards, tmp_path / "run")
-    assert yaml.safe_load((run_dir / "config.yaml").read_text())["num_targets"] == 2
+    assert yaml.safe_load((run_dir / "config.resolved.yaml").read_text())["num_targets"] == 2
     assert main(["export", str(run_dir), "--out", str(tmp_path / "export")]) == 0
     assert yaml.safe_load((tmp_path / "export" / "model.yaml").read_text())["head"]["num_outputs"] == 2
     assert main(["predict", str(tmp_path / "export"), "--input", str(csv), "--out", str(tmp_path / "p.csv"), "--no-progress"]) == 0
@@ -422,3 +422,27 @@ def test_random_bytes_give_rows_with_reasons_or_one_line(fuzz_members, data, nam
     """Any bytes after a header line, plain or compressed, whole or cut short by `cut` bytes."""
     whole = packed(name, b"smiles\n" + data)
     check_outcome(*predict_in_process(fuzz_members[0], whole[: len(whole) - cut] if cut else whole, name))
+
+
+def test_members_are_matched_by_task_not_by_their_targets_names(tmp_path, capsys):
+    """An SVR fitted on a CSV whose column is `expt` joins a model fitted on `tpsa`: same task, the
+    first member names the columns. A member of another task (a binary one) is refused in one line."""
+    from export_fixtures import model_export, molecules_csv, svr_export
+
+    model = model_export(tmp_path / "model")
+    svr = svr_export(tmp_path / "svr")
+    meta = json.loads((svr / "export.json").read_text())
+    meta["shards"]["task"]["target_names"] = ["expt"]
+    (svr / "export.json").write_text(json.dumps(meta))
+    csv = molecules_csv(tmp_path / "mols.csv")
+    assert main(["predict", str(model), str(svr), "--input", str(csv), "--out", str(tmp_path / "p.csv"), "--no-progress"]) == 0
+    table = pd.read_csv(tmp_path / "p.csv")
+    assert {"tpsa_mean", "tpsa_std"} <= set(table.columns) and table["tpsa_mean"].notna().any()
+    other = tmp_path / "binary"
+    shutil.copytree(model, other)
+    meta = json.loads((other / "export.json").read_text())
+    meta["task"] = {**meta["task"], "loss": "bce", "metric": "rocauc", "evaluator": "ogbg-molhiv", "target_shift": 0.0, "target_scale": 1.0}
+    (other / "export.json").write_text(json.dumps(meta))
+    capsys.readouterr()
+    assert main(["predict", str(model), str(other), "--input", str(csv), "--out", str(tmp_path / "q.csv"), "--no-progress"]) == 2
+    assert "an ensemble's members predict the same task" in one_error_line(capsys)

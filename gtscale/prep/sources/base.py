@@ -133,6 +133,38 @@ def seeded_split(rows: int, seed: int = 0, fractions: tuple[float, float, float]
     }
 
 
+def scaffold_split(smiles: list[str], seed: int = 0, fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)) -> dict[str, np.ndarray]:
+    """Train/valid/test split by Bemis–Murcko scaffold: molecules sharing a scaffold share a split,
+    so valid and test hold chemotypes train never saw. The balanced rule of chemprop and DeepChem:
+    scaffold sets larger than half the valid or test share go to train first (so that no split is
+    one large set), the others in a seeded random order; train is filled, then valid, then test.
+    A SMILES RDKit cannot read forms a set of its own (the sharder rejects it later)."""
+    from rdkit import Chem, RDLogger
+    from rdkit.Chem.Scaffolds import MurckoScaffold
+
+    RDLogger.DisableLog("rdApp.*")
+    groups: dict[str, list[int]] = {}
+    for row, text in enumerate(smiles):
+        mol = Chem.MolFromSmiles(text) if text and len(text) < 100_000 else None
+        key = MurckoScaffold.MurckoScaffoldSmiles(mol=mol, includeChirality=False) if mol is not None else f"<unread {row}>"
+        groups.setdefault(key, []).append(row)
+    n_train, n_valid = int(round(fractions[0] * len(smiles))), int(round(fractions[1] * len(smiles)))
+    n_test = len(smiles) - n_train - n_valid
+    sets = list(groups.values())
+    big = [g for g in sets if len(g) > n_valid / 2 or len(g) > n_test / 2]
+    small = [g for g in sets if not (len(g) > n_valid / 2 or len(g) > n_test / 2)]
+    np.random.default_rng(seed).shuffle(small)
+    splits: dict[str, list[int]] = {"train": [], "valid": [], "test": []}
+    for group in sorted(big, key=len, reverse=True) + small:
+        if len(splits["train"]) + len(group) <= n_train:
+            splits["train"] += group
+        elif len(splits["valid"]) + len(group) <= n_valid:
+            splits["valid"] += group
+        else:
+            splits["test"] += group
+    return {name: np.array(sorted(rows), dtype=np.int64) for name, rows in splits.items()}
+
+
 def package_data_folder(root: Path | None, package: str, subpath: str, missing: str) -> Path:
     """The folder of a data package's files: `root` if given, else `subpath` inside the installed
     `package`, located without running its __init__ (data packages pin what breaks RDKit);

@@ -1,9 +1,9 @@
 """`gtscale train CONFIG [dotted.key=value …] [--resume auto|never|TAG]`, one process per GPU/slot.
 
 Start it with torchrun (`torchrun --nproc_per_node 2 -m gtscale.cli train …`, or `launch/train`,
-which also passes on the preemption exit status 75), the deepspeed launcher or srun; without any,
-it trains as a single process (launch_env.py). The configuration is checked before any process
-group starts.
+which also passes on the preemption exit status 75: cli/launch_train.py), the deepspeed launcher
+or srun; without any, it trains as a single process (train/launch_env.py). The configuration is
+checked before any process group starts; train/trainer.py trains.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""`gtscale evaluate RUN_DIR [--split test] [--tag best]`: score one split with a run's checkpoint.
+"""Score one split with a run's checkpoint (`gtscale evaluate RUN_DIR [--split test] [--tag best]`).
 
 The trainer evaluates only data.eval_split while it trains; this is the separate step that scores
 the best-validation checkpoint (or any tag) on another split afterwards, as the seed sweep does for
 the test split. One process: DeepSpeed's ZeRO consolidation (`gtscale export`, into RUN_DIR/export)
-gathers the weights, the run's own config rebuilds the model, and the trainer's own task
+gathers the weights, the run's resolved config (config.resolved.yaml) rebuilds the model, and the trainer's own task
 (tasks.build_task) and prediction loop (tasks.predict) score the predictions. Writes RUN_DIR/eval/<split>-<tag>.json (metrics, tag, step)
 and .npz (idx, y_pred, y_true by source idx), both atomically.
 
@@ -18,49 +18,33 @@ node states live under RUN_DIR/eval while it runs.
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from gtscale.config import from_dict, load_yaml
 from gtscale.errors import UserError
 from gtscale.io import atomic_write_text
 from gtscale.models.export import MODEL_FILE, read_weights
-from gtscale.train.config import RUN_RECORD_KEYS, TrainConfig
+from gtscale.train.config import TrainConfig
 from gtscale.train.data_source import split_loader, task_manifest
-from gtscale.train.task_model import AUX_HEADS, build_task_model, loader_keys
+from gtscale.train.resolve import read_resolved
+from gtscale.train.task_model import AUX_HEADS, build_task_model
 from gtscale.train.tasks import Task, build_task, predict
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", help="a training run directory")
-    parser.add_argument("--split", default="test", help="split of the run's shards to score (default test)")
-    parser.add_argument("--tag", default="best", help="best (default: the best-validation checkpoint), latest, or a checkpoint tag")
-    parser.add_argument("--inference", choices=("sampled", "full"), default=None,
-                        help="graph stores: score sampled batches, or every node with all its neighbours (default: the run's data.graph.inference)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar (full inference)")
-
-
 def run_config(run_dir: Path) -> TrainConfig:
-    """The TrainConfig a run was started with (its config.yaml, without the trainer's additions)."""
-    path = run_dir / "config.yaml"
-    if not path.is_file():
-        raise UserError(f"{run_dir}: not a run directory (no config.yaml)")
-    raw = load_yaml(path)  # not YAML, or not a mapping: one line naming the file
-    raw = {k: v for k, v in raw.items() if k not in RUN_RECORD_KEYS}
-    return from_dict(TrainConfig, raw)
+    """The TrainConfig a run trained with: resolved (target scaling as numbers, the model's loader
+    keys), as its run directory records it (resolve.read_resolved)."""
+    return read_resolved(run_dir).train
 
 
-def predict_split(model: torch.nn.Module, task: Task, cfg: TrainConfig, manifest: dict, split: str, keys: list[str],
-                  path_dist: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def predict_split(model: torch.nn.Module, task: Task, cfg: TrainConfig, manifest: dict, split: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(idx, y_pred, y_true with NaN where unlabelled) of every sample of `split`, sorted by idx
-    (node tasks: one row per target node, idx its global id)."""
-    loader_cfg = cfg.data.loader
-    loader_cfg.keys, loader_cfg.path_edges_max_dist = keys, path_dist
-    loader = split_loader(cfg.data, manifest, split, loader_cfg, train=False, rank=0, world_size=1)
+    (node tasks: one row per target node, idx its global id); `cfg` is resolved (data.loader holds
+    the Batch fields the model reads)."""
+    loader = split_loader(cfg.data, manifest, split, cfg.data.loader, train=False, rank=0, world_size=1)
     device = next(model.parameters()).device
     idx, y_pred, y_true = predict(task, model, loader, lambda batch: batch.to(device))
     if not len(idx):
@@ -68,12 +52,15 @@ def predict_split(model: torch.nn.Module, task: Task, cfg: TrainConfig, manifest
     return idx, y_pred, y_true
 
 
-def evaluate_run(run_dir: Path, split: str = "test", tag: str = "best", inference: str | None = None, progress: bool = False) -> dict:
+def evaluate_run(run_dir: Path, split: str = "test", tag: str = "best", inference: str | None = None, progress: bool = False,
+                 export_to: Path | None = None) -> dict:
     """Metrics of `split` under checkpoint `tag`; also written to RUN_DIR/eval/. `inference`
-    (graph stores): sampled or full, default the run's data.graph.inference."""
+    (graph stores): sampled or full, default the run's data.graph.inference. The checkpoint's
+    export, which the model is loaded from, goes to `export_to` (default RUN_DIR/export/<tag>)."""
     from gtscale.train.export import export, resolve_tag
 
-    cfg = run_config(run_dir)
+    resolved = read_resolved(run_dir)
+    cfg = resolved.train
     graph = cfg.data.graph
     inference = inference or (graph.inference if graph is not None else "sampled")
     if inference == "full" and graph is None:
@@ -82,9 +69,9 @@ def evaluate_run(run_dir: Path, split: str = "test", tag: str = "best", inferenc
     if split not in manifest["splits"]:
         raise UserError(f"--split: {split!r} is not a split of {manifest['_dir']} (has {', '.join(manifest['splits'])})")
     tag = resolve_tag(run_dir, tag)
-    out = export(run_dir, tag, run_dir / "export" / tag)
+    out = export(run_dir, tag, export_to or run_dir / "export" / tag)
     task = build_task(cfg, manifest)
-    model, model_cfg = build_task_model(cfg, int(manifest["task"]["num_targets"]), manifest)
+    model = build_task_model(resolved, manifest)
     missing, unexpected = model.load_state_dict(read_weights(out / MODEL_FILE), strict=False)
     missing = [k for k in missing if not k.startswith(AUX_HEADS)]  # not exported: training only
     if missing or unexpected:
@@ -103,12 +90,10 @@ def evaluate_run(run_dir: Path, split: str = "test", tag: str = "best", inferenc
         def rows(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             return split_rows(logits, store, nodes[name])
     else:
-        keys, path_dist = loader_keys(model.backbone, model_cfg, task.target_key)
-
         def rows(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            return predict_split(model, task, cfg, manifest, name, keys, path_dist)
+            return predict_split(model, task, cfg, manifest, name)
     idx, y_pred, y_true = rows(split)
-    result = {"split": split, "tag": tag, "step": int(tag.rsplit("-", 1)[-1]), "samples": int(len(idx))}
+    result = {"split": split, "tag": tag, "step": int(tag.rsplit("-", 1)[-1]), "samples": int(len(idx)), "export": str(out)}
     if graph is not None:
         result["inference"] = inference
     # Node tasks: Macro-F1 at the threshold chosen on the validation split, scored with the same model.
@@ -124,9 +109,3 @@ def evaluate_run(run_dir: Path, split: str = "test", tag: str = "best", inferenc
     tmp.replace(folder / f"{split}-{tag}.npz")
     atomic_write_text(folder / f"{split}-{tag}.json", json.dumps(result, indent=1))
     return result
-
-
-def run(args: argparse.Namespace) -> int:
-    result = evaluate_run(Path(args.run_dir), args.split, args.tag, args.inference, progress=not args.no_progress)
-    print(f"{args.run_dir} {result['split']} at {result['tag']}: " + " ".join(f"{k} {v:.4f}" for k, v in result["metrics"].items()))
-    return 0

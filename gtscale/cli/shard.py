@@ -1,20 +1,15 @@
-"""`gtscale shard <dataset> --out DIR …`: convert a dataset into shards (see writer.py)."""
+"""`gtscale shard <dataset> --out DIR …`: convert a dataset into shards (prep/shard_dataset.py)."""
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
-from gtscale.prep import graph_features
-from gtscale.prep.datasets import DATASETS, read_dataset
+from gtscale.format.manifest import duplicate_note
+from gtscale.prep.datasets import DATASETS
 from gtscale.prep.molecule_limits import DEFAULT_MAX_ATOMS
-from gtscale.prep.sources.smiles import is_smi
-from gtscale.prep.structure import StructureOptions
-from gtscale.errors import UserError
-from gtscale.format.manifest import duplicate_note, merge_parts
-from gtscale.prep.writer import ShardOptions, shard_table
+from gtscale.prep.shard_dataset import shard_dataset
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,48 +55,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     table.add_argument("--split-seed", type=int, default=0, help="seed of the 80/10/10 split (moleculeace: of the validation carved from train)")
 
 
-def _check(args: argparse.Namespace) -> None:
-    if args.workers < 1:
-        raise UserError(f"--workers must be >= 1, got {args.workers}")
-    if args.num_parts < 1 or not 0 <= args.part < args.num_parts:
-        raise UserError(f"--part must be in 0..{args.num_parts - 1} (got --part {args.part} --num-parts {args.num_parts})")
-    if args.shard_size < 1:
-        raise UserError(f"--shard-size must be >= 1, got {args.shard_size}")
-    if args.max_nodes is not None and args.max_nodes < 1:
-        raise UserError(f"--max-nodes must be >= 1, got {args.max_nodes}")
-    if args.svd_rank < 0 or args.lap_k < 0:
-        raise UserError("--svd-rank and --lap-k must be >= 0")
-    if args.paths != "bfs" and args.no_spd:
-        raise UserError(f"--paths {args.paths} needs shortest paths; drop --no-spd")
-
-
 def run(args: argparse.Namespace) -> int:
-    _check(args)
-    if args.dataset == "smiles-csv":
-        if args.input and is_smi(Path(args.input)) and args.smiles_column == "smiles":
-            args.smiles_column = "0"
-        if args.max_nodes is None:  # a user's file may hold any string: bound the work per molecule
-            args.max_nodes = DEFAULT_MAX_ATOMS
-    generators = graph_features.parse_generators(args.graph_features) if args.graph_features else ()
-    table = read_dataset(args.dataset, args)  # reads and checks every source before anything is written
     out_dir = Path(args.out or Path("shards") / args.dataset)
-    workers = min(args.workers, os.cpu_count() or 1) if args.workers > 1 else 1
-    features = None
-    if generators:  # statistics before any shard: every part computes the same ones from the same train rows
-        features = graph_features.fit(generators, graph_features.train_smiles(table.smiles, table.splits), workers, not args.no_progress)
-    options = ShardOptions(
-        structure=StructureOptions(spd=not args.no_spd, degree=not args.no_degree, svd_rank=args.svd_rank, lap_k=args.lap_k,
-                                   paths=args.paths),
-        shard_size=args.shard_size,
-        max_nodes=args.max_nodes,
-        drop_duplicates=args.drop_duplicates,
-        graph_features=features,
-    )
-    parts = shard_table(table, out_dir, options, workers=workers, part=args.part, num_parts=args.num_parts, progress=not args.no_progress)
+    parts, manifest = shard_dataset(
+        args.dataset, out_dir, workers=args.workers, part=args.part, num_parts=args.num_parts, shard_size=args.shard_size,
+        max_nodes=args.max_nodes, svd_rank=args.svd_rank, lap_k=args.lap_k, spd=not args.no_spd, degree=not args.no_degree,
+        paths=args.paths, drop_duplicates=args.drop_duplicates, progress=not args.no_progress, graph_features_spec=args.graph_features,
+        targets=args.targets, subset=args.subset, root=args.root, input=args.input, smiles_column=args.smiles_column,
+        id_column=args.id_column, target_columns=args.target_columns, task_type=args.task_type, split_column=args.split_column,
+        split_seed=args.split_seed)
     written = sum(p["samples"] for p in parts)
     rejected = sum(sum(p["rejected"].values()) for p in parts)
-    if args.num_parts == 1:
-        manifest = merge_parts(out_dir)
+    if manifest is not None:
         if note := duplicate_note(manifest):
             print(note, file=sys.stderr)
         if manifest["_removed"]:

@@ -1,4 +1,5 @@
-"""`gtscale merge-parts DIR`: write manifest.json once every part of a split run is finished."""
+"""`gtscale merge-parts DIR`: write manifest.json once every part of a split run is finished
+(format/manifest.merge_parts)."""
 
 from __future__ import annotations
 

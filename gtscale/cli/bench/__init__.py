@@ -1,0 +1,1 @@
+"""`gtscale bench <name>`: one module per benchmark, each parsing its options for gtscale/bench/<name>.py."""
