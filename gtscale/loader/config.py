@@ -102,6 +102,7 @@ class SeedPurpose(IntEnum):
     INDUCED_EVAL_PARTS = 5  # induced-subgraph loader: the permutation cut into evaluation parts
     FANOUT_TARGET_ORDER = 6  # fan-out loader (graphs/fanout.py): the permutation of the training targets
     FANOUT_NEIGHBOURS = 7  # fan-out loader: the neighbourhoods of one batch
+    WORKER_SEEDS = 8  # every loader: the DataLoader's base seed of one epoch's workers on a rank (stream.py)
 
 
 def derive_seed(*parts: int) -> int:

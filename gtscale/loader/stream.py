@@ -12,7 +12,10 @@ how many items each logical worker has delivered plus which worker delivers next
 replays its stream without collating the items already delivered, and the DataLoader's physical
 worker p plays logical worker (p + next) mod num_workers, so its round-robin starts where the
 interrupted one stopped. The remaining batches are exactly those of an uninterrupted run. Sign
-flips are drawn from a generator seeded per batch, so replay needs no RNG state.
+flips are drawn from a generator seeded per batch, so replay needs no RNG state. Starting workers
+draws nothing from the training process's generators either (their base seed comes from a
+generator of their own): a resumed run starts them at other steps than the uninterrupted one, and
+its dropout draws, restored from the checkpoint, must not move.
 
 Workers are started afresh for every epoch (no persistent workers): the epoch and the position
 travel to them inside the dataset object. In training, the next epoch's workers are started a few
@@ -34,6 +37,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Iterator
 
+import torch
 import webdataset as wds
 from torch.utils.data import DataLoader
 
@@ -43,7 +47,7 @@ from gtscale.format.manifest import check_readable, load_manifest
 from gtscale.format.shardfile import ShardEntry, ShardError, iter_samples, manifest_shards, read_shard
 from gtscale.loader.batch import Batch
 from gtscale.loader.collate import collate, record_keys
-from gtscale.loader.config import LoaderConfig
+from gtscale.loader.config import LoaderConfig, SeedPurpose, derive_seed
 from gtscale.loader.filler import filler_record
 from gtscale.loader.slots import ShardStream, identity, ignore_stop_signals, Item
 from gtscale.loader.workers import worker_context
@@ -117,6 +121,10 @@ class StreamLoader:
             stream = self._positioned_stream(epoch, [0] * self.config.workers_per_rank, 0)
         if self.config.num_workers == 0:
             return iter(stream)
+        # The DataLoader draws its workers' base seed from `generator`, by default torch's global one,
+        # which the training process's dropout draws from (see Resuming above). The workers' seeds
+        # decide no batch: slots.py seeds its shuffles and sign flips itself.
+        workers_seed = derive_seed(self.config.seed, stream.epoch, SeedPurpose.WORKER_SEEDS, stream.rank)
         return iter(
             DataLoader(
                 stream,
@@ -128,6 +136,7 @@ class StreamLoader:
                 persistent_workers=False,
                 multiprocessing_context=worker_context(self.config.start_method),
                 worker_init_fn=ignore_stop_signals,
+                generator=torch.Generator().manual_seed(workers_seed),
             )
         )
 

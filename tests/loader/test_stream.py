@@ -9,6 +9,7 @@ from dataclasses import fields, replace
 
 import numpy as np
 import pytest
+import torch
 
 from gtscale.config import from_dict
 from gtscale.format import schema
@@ -220,3 +221,16 @@ def test_next_epoch_started_early_yields_the_same_batches(nci_shards):
     fresh = build_loader(nci_shards, "train", CONFIG, train=True, rank=0, world_size=1)
     fresh.set_epoch(1)
     assert_same_batches(second, list(fresh))
+
+
+@pytest.mark.parametrize("split, train", [("train", True), ("valid", False)])
+def test_starting_workers_leaves_the_processs_torch_generator_alone(nci_shards, split, train):
+    """Dropout in the training process draws from torch's global generator, which a checkpoint
+    saves and a resume restores; a resumed run starts its loader workers at other steps than the
+    uninterrupted one (at the resume, not at an epoch's start), so starting them must draw nothing
+    from it. A training epoch also starts the next epoch's workers before it ends."""
+    loader = build_loader(nci_shards, split, CONFIG, train=train, rank=0, world_size=1)
+    before = torch.get_rng_state()
+    assert list(loader)
+    assert not train or loader._prepared is not None
+    assert torch.equal(torch.get_rng_state(), before)

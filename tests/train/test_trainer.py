@@ -1,6 +1,7 @@
 """The trainer with real DeepSpeed on 2 CPU processes (gloo), started as srun would start it."""
 
 import os
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -67,6 +68,26 @@ def test_sigkill_then_resume_equals_uninterrupted(tpsa_shards, tmp_path):
     assert run_ranks(2, [str(cfg), "--resume", "auto"], tmp_path / "logc2") == [0, 0], logs(tmp_path / "logc2")
     steps = range(11, 31)
     assert np.allclose(losses(tmp_path / "cut", steps), losses(tmp_path / "ref", steps), rtol=1e-6, atol=1e-7)
+
+
+def test_a_resume_with_dropout_and_loader_workers_repeats_every_loss_bit_for_bit(tpsa_shards, tmp_path):
+    """Resumed from its step-10 checkpoint (as after a kill), a run with what pretraining uses —
+    attention dropout, a loader worker per rank, node-budget batches out of a shuffle buffer —
+    logs the very losses of the uninterrupted run. Epochs of 12 batches put the checkpoint after
+    the early start of the next epoch's workers: the resumed run starts its workers at other steps
+    (at the resume, at the epoch's end), which must not move the dropout draws."""
+    loader = {"batching": "node_budget", "node_budget": 512, "num_workers": 1, "shuffle_buffer": 200, "epoch_batches": 12}
+    sections = dict(data={"loader": loader}, model_overrides={"num_layers": 2, "node_width": 32, "edge_width": 8, "num_heads": 4, "attn_dropout": 0.1,
+                    "num_virtual_nodes": 1}, schedule={"total_steps": 20}, checkpoint={"every": 10, "keep": 2})
+    cfg = write_config(tmp_path / "run.yaml", tpsa_shards, tmp_path / "ref", **sections)
+    assert run_ranks(2, [str(cfg)], tmp_path / "log1") == [0, 0], logs(tmp_path / "log1")
+    checkpoints = tmp_path / "resumed" / "checkpoints"
+    shutil.copytree(tmp_path / "ref" / "checkpoints" / "step-00000010", checkpoints / "step-00000010")
+    assert run_ranks(2, [str(cfg), f"run_dir={tmp_path / 'resumed'}", "--resume", "auto"], tmp_path / "log2") == [0, 0], logs(tmp_path / "log2")
+    assert min(metrics(tmp_path / "resumed")) == 11
+    steps = range(11, 21)
+    ref, resumed = losses(tmp_path / "ref", steps), losses(tmp_path / "resumed", steps)
+    assert np.array_equal(ref, resumed), np.c_[ref, resumed]
 
 
 def test_sigusr1_checkpoints_and_exits_for_requeue(tpsa_shards, tmp_path):
