@@ -65,14 +65,7 @@ def descriptor_values(mol: Chem.Mol, names: tuple[str, ...] | None = None) -> np
 
 def reference_values(mol: Chem.Mol, names: tuple[str, ...] | None = None) -> np.ndarray:
     """descriptor_values as RDKit's functions give them, one call each: the tests' oracle."""
-    functions = _functions(names)
-    values = np.full(len(functions), np.nan)
-    for k, fn in enumerate(functions):
-        try:
-            values[k] = fn(mol)
-        except Exception:  # RDKit raises on a few descriptors for exotic molecules: a missing label
-            pass
-    return values
+    return fast_descriptors.nan_where_raising(_functions(names), mol)
 
 
 def compute_descriptors(smiles: list[str], workers: int = 1, progress: bool = True, names: tuple[str, ...] | None = None) -> np.ndarray:

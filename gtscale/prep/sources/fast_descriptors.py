@@ -228,12 +228,15 @@ def plan(names: tuple[str, ...] | None) -> tuple[Callable[[Shared], float], ...]
 
 def values(mol: Chem.Mol, names: tuple[str, ...] | None = None) -> np.ndarray:
     """float64 [D] of the named descriptors (default: every one) of the molecule, NaN where RDKit raises."""
-    functions = plan(names)
-    shared = Shared(mol)
+    return nan_where_raising(plan(names), Shared(mol))
+
+
+def nan_where_raising(functions, arg) -> np.ndarray:
+    """float64 [len(functions)]: each function of arg, NaN where it raises."""
     out = np.full(len(functions), np.nan)
     for k, fn in enumerate(functions):
         try:
-            out[k] = fn(shared)
+            out[k] = fn(arg)
         except Exception:  # RDKit raises on a few descriptors for exotic molecules: a missing value
             pass
     return out
