@@ -19,7 +19,7 @@ by inference.py, and the SVR exports of experiments/), ensembled by experiments/
   predicted, with its split and idx.
 - Members are exports of any kind (members.py): fine-tuned models, an ECFP + SVR
   (`gtscale baseline ecfp`) and a kernel SVR on a backbone's representation (`gtscale baseline
-  kernel`). The SVRs read SMILES, so they predict from a CSV, not from a shard folder. Members are
+  kernel`). The SVRs read SMILES: from a shard folder, the SMILES each record keeps. Members are
   matched by task (as many targets, of the same kind), not by their targets' names: the first
   member names the columns. An ensemble export (`gtscale fit`'s DIR/export: ensemble.json and its
   member folders) brings its members and their weights.
@@ -113,14 +113,16 @@ def prediction_columns(values: np.ndarray, names: list[str], weights: np.ndarray
 
 def predict_shards(predictor: Predictor, folder: Path, splits: list[str] | None, batch_size: int, progress: bool) -> pd.DataFrame:
     """split, idx, prediction and reason columns of every record of `splits` (default: every split
-    with records) of a shard folder."""
+    with records) of a shard folder. Model exports read the records as they are; the SVRs read
+    each record's SMILES (format/record_meta.py)."""
     from gtscale.format.manifest import load_manifest
+    from gtscale.format.record_meta import split_smiles
 
     manifest = load_manifest(folder)
     splits = shard_splits(manifest, folder, splits)
     for export in predictor.members:
         if not isinstance(export, LoadedExport):
-            raise UserError(f"{export.path}: an SVR export (ECFP + SVR, or the kernel SVR) reads SMILES: predict from a CSV of SMILES instead")
+            continue
         made = manifest.get("features", {}).get("graph")
         wanted = export.options.graph_features.manifest() if export.options.graph_features else None
         if wanted and made != wanted:
@@ -130,15 +132,28 @@ def predict_shards(predictor: Predictor, folder: Path, splits: list[str] | None,
     total = sum(manifest["splits"][s]["samples"] for s in splits)
     with tqdm(total=total, unit="mol", desc="predict", disable=not progress) as bar:
         for split in splits:
+            molecules, read = None, None
             idx, members = None, []
-            for export in predictor.members:
-                batches = shard_batches(export, manifest, split, batch_size)
-                if export is predictor.members[0]:
-                    batches = counted(batches, bar)
-                idx, values = export.predict_batches(batches)
+            for member in predictor.members:
+                if isinstance(member, LoadedExport):
+                    batches = shard_batches(member, manifest, split, batch_size)
+                    member_idx, values = member.predict_batches(counted(batches, bar) if member is predictor.members[0] else batches)
+                else:
+                    if molecules is None:
+                        smiles_idx, smiles = split_smiles(folder, manifest, split)
+                        molecules = Molecules(smiles)
+                    values, why = member.predict(molecules, batch_size)
+                    member_idx, read = smiles_idx, why if read is None else read
+                if idx is not None and not np.array_equal(idx, member_idx):
+                    raise UserError(f"{folder}: split {split!r} gave its members different records (a shard changed while predicting?)")
+                idx = member_idx
                 members.append(values)
+            if not isinstance(predictor.members[0], LoadedExport):
+                bar.update(len(idx))
             values = np.stack(members)
             reasons = np.where(not_finite(values), "prediction_not_finite", "")
+            if read is not None:  # a record's SMILES the SVRs could not read: their reason
+                reasons = np.where(np.array(read, dtype=object) != "", np.array(read, dtype=object), reasons)
             columns = prediction_columns(values, predictor.target_names, predictor.weights)
             frames.append(pd.concat([pd.DataFrame({"split": split, "idx": idx}), columns, pd.DataFrame({"reason": reasons})], axis=1))
     return pd.concat(frames, ignore_index=True)

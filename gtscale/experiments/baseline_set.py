@@ -17,9 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from gtscale.errors import UserError
-from gtscale.format import schema
 from gtscale.format.manifest import NODE_TASK, load_manifest, task_type
-from gtscale.format.record_meta import split_meta
+from gtscale.format.record_meta import record_smiles, split_meta
 from gtscale.prep.molecule_limits import DEFAULT_MAX_ATOMS
 
 CLASSIFICATION = "graph_classification"
@@ -97,17 +96,13 @@ def read_baseline_set(shards: Path, split: str, target: str | None, folds: int) 
     for name, shard_split in [(s, s) for s in FIT_SPLITS if s in manifest["splits"]] + [("test", split)]:
         metas, y = split_meta(manifest, shard_split)
         keep = [i for i in range(len(metas)) if not np.isnan(y[i, column])]
-        splits[name] = Molecules(np.array([metas[i]["idx"] for i in keep], np.int64), [molecule_smiles(shards, metas[i]) for i in keep],
+        splits[name] = Molecules(np.array([metas[i]["idx"] for i in keep], np.int64), [record_smiles(shards, metas[i]) for i in keep],
                                  [metas[i].get("name") for i in keep], y[keep, column].astype(np.float64))
         largest = max([largest, *(int(m.get("num_nodes", 0)) for m in metas)])
     classification = kind == CLASSIFICATION
     check_labels(shards, names[column], splits, classification, folds)
     max_nodes = manifest.get("transform", {}).get("max_nodes")
-    cliff = None
-    if moleculeace.NAME.fullmatch(str(manifest["dataset"])):
-        from gtscale.prep.sources.moleculeace import cliff_flag
-
-        cliff = np.array([cliff_flag(name or "") for name in splits["test"].names], bool)
+    cliff = moleculeace.cliff_mask(shards, split, splits["test"].idx) if moleculeace.NAME.fullmatch(str(manifest["dataset"])) else None
     return BaselineSet(Path(shards), manifest, names[column], classification, splits, max_nodes or max(DEFAULT_MAX_ATOMS, largest), cliff)
 
 
@@ -123,13 +118,6 @@ def pick_target(shards: Path, names: list[str], target: str | None) -> int:
                         if names else f"{shards}: has no targets to fit")
     return 0
 
-
-def molecule_smiles(shards: Path, meta: dict) -> str:
-    smiles = meta.get(schema.META_SMILES)
-    if not isinstance(smiles, str):
-        raise UserError(f"{shards}: record {meta['idx']} keeps no SMILES (its shards were written before records kept them); "
-                        "shard it again: the same `gtscale shard` command redoes its shards")
-    return smiles
 
 
 def check_labels(shards: Path, target: str, splits: dict[str, Molecules], classification: bool, folds: int) -> None:

@@ -226,7 +226,7 @@ def blend_row(seeds_row: dict, ecfp_folder: Path) -> dict:
         raise UserError(f"{ecfp_folder}: its SVR scored other test molecules than {seeds_row['runs'][0]['run_dir']}; the blend needs the same set and split")
     y_pred = ensemble(np.stack([y_seeds, svr["y_pred"][at]]), [1.0 - BLEND_SVR_WEIGHT, BLEND_SVR_WEIGHT])[0]
     cfg = run_config(Path(seeds_row["runs"][0]["run_dir"]))
-    metrics = with_cliff_rmse(evaluate(y_pred, y_true, cfg.task), cfg.data.shards, idx, y_pred, y_true)
+    metrics = with_cliff_rmse(evaluate(y_pred, y_true, cfg.task), cfg.data.shards, "test", idx, y_pred, y_true)
     run = {"seed": "blend", "seeds": [r["seed"] for r in seeds_row["runs"]], "svr_weight": BLEND_SVR_WEIGHT, "metrics": metrics}
     return {"label": f"{seeds_row['label']} ensemble + ECFP4 SVR", "split": "test", "runs": [run], "summary": summarize([run])}
 

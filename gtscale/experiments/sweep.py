@@ -97,12 +97,13 @@ def train_command(config: str, overrides: list[str], seed: int, run_dir: Path, n
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "-m", "gtscale.cli", *args]
 
 
-def with_cliff_rmse(metrics: dict, shards: str | None, idx: np.ndarray, y_pred: np.ndarray, y_true: np.ndarray) -> dict:
-    """`metrics` plus MoleculeACE's activity-cliff RMSE when the shards are a MoleculeACE set."""
+def with_cliff_rmse(metrics: dict, shards: str | None, split: str, idx: np.ndarray, y_pred: np.ndarray, y_true: np.ndarray) -> dict:
+    """`metrics` plus MoleculeACE's activity-cliff RMSE when the shards are a MoleculeACE set
+    (records `idx` of `split`)."""
     from gtscale.experiments import moleculeace
 
     if shards is not None and moleculeace.is_moleculeace(shards):
-        metrics = metrics | {"cliff_rmse": moleculeace.cliff_rmse(moleculeace.source_table(shards), idx, y_pred, y_true)}
+        metrics = metrics | {"cliff_rmse": moleculeace.cliff_rmse(shards, split, idx, y_pred, y_true)}
     return metrics
 
 
@@ -113,7 +114,7 @@ def seed_metrics(run_dir: Path, seed: int, split: str) -> dict:
 
     result = evaluate_run(run_dir, split, "best", export_to=run_dir / "export")
     saved = np.load(run_dir / "eval" / f"{split}-{result['tag']}.npz")
-    metrics = with_cliff_rmse(dict(result["metrics"]), run_config(run_dir).data.shards, saved["idx"], saved["y_pred"], saved["y_true"])
+    metrics = with_cliff_rmse(dict(result["metrics"]), run_config(run_dir).data.shards, split, saved["idx"], saved["y_pred"], saved["y_true"])
     best = json.loads((run_dir / "best.json").read_text()) if (run_dir / "best.json").is_file() else {}
     return {"seed": seed, "run_dir": str(run_dir), "tag": result["tag"], "export": result["export"], "best_valid": best.get("value"), "metrics": metrics}
 
@@ -157,7 +158,7 @@ def ensemble_row(row: dict) -> dict | None:
     if cfg.task.loss == "node_bce":
         return None
     idx, y_pred, y_true = ensemble_prediction(row)
-    metrics = with_cliff_rmse(evaluate(y_pred, y_true, cfg.task), cfg.data.shards, idx, y_pred, y_true)
+    metrics = with_cliff_rmse(evaluate(y_pred, y_true, cfg.task), cfg.data.shards, row["split"], idx, y_pred, y_true)
     ensemble = {"seed": "ensemble", "seeds": [r["seed"] for r in runs], "tags": [r["tag"] for r in runs], "metrics": metrics}
     return {"label": f"{row['label']}, ensemble of {len(runs)}", "split": row["split"], "ensemble_of": row["label"], "runs": [ensemble], "summary": summarize([ensemble])}
 

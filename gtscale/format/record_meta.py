@@ -9,6 +9,7 @@ import json
 
 import numpy as np
 
+from gtscale.errors import UserError
 from gtscale.format import schema
 from gtscale.format.decode import decode_array
 from gtscale.format.shardfile import ShardError, iter_samples, manifest_shards, read_shard
@@ -39,3 +40,19 @@ def split_meta(manifest: dict, split: str) -> tuple[list[dict], np.ndarray]:
             rows.append((idx, meta, y.astype(np.float32)))
     rows.sort(key=lambda row: row[0])
     return [meta for _, meta, _ in rows], np.stack([y for *_, y in rows]) if rows else np.zeros((0, targets), np.float32)
+
+
+def record_smiles(folder, meta: dict) -> str:
+    """A record's SMILES (its meta's), or a UserError naming the folder and record where the record
+    keeps none (shards written before records kept them)."""
+    smiles = meta.get(schema.META_SMILES)
+    if not isinstance(smiles, str):
+        raise UserError(f"{folder}: record {meta['idx']} keeps no SMILES (its shards were written before records kept them); "
+                        "shard it again: the same `gtscale shard` command redoes its shards")
+    return smiles
+
+
+def split_smiles(folder, manifest: dict, split: str) -> tuple[np.ndarray, list[str]]:
+    """(idx int64 [n], SMILES) of every record of `split`, sorted by idx (split_meta's order)."""
+    metas, _ = split_meta(manifest, split)
+    return np.array([meta["idx"] for meta in metas], np.int64), [record_smiles(folder, meta) for meta in metas]

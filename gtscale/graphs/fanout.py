@@ -21,7 +21,7 @@ products: gtscale/models/linear.py) caches a kernel with its working memory for 
 up to 1,024 of them: with a new node count every batch, fan-out training on a T-Social-size graph
 reaches 8.9 GiB within 437 steps (docs/results/graph-sampling.md).
 So a batch is padded up to the next of the loader's geometric bucket sizes (ratio 1.05: at most
-5 % more nodes), with isolated nodes in filler graphs no larger than a neighbourhood (pad_nodes),
+5 % more nodes), with isolated nodes in filler graphs no larger than a neighbourhood (store_edge_batch),
 which leaves every output of the batch's own nodes as it was: its node counts then take a few
 dozen values over a whole run.
 
@@ -43,12 +43,7 @@ import numpy as np
 from gtscale.errors import UserError
 from gtscale.graphs.induced import MIN_EPOCH_ROUNDS, graph_task_manifest
 from gtscale.graphs.neighbourhoods import sample_neighbourhoods
-from gtscale.graphs.node_batches import (
-    PROVIDED_KEYS,
-    EdgeStoreLoader,
-    pad_nodes,
-    store_edge_batch,
-)
+from gtscale.graphs.node_batches import PROVIDED_KEYS, EdgeStoreLoader, store_edge_batch
 from gtscale.graphs.store import GraphStore
 from gtscale.loader.bucketing import geometric_boundaries
 from gtscale.loader.config import LoaderConfig, SeedPurpose, derive_seed
@@ -74,9 +69,10 @@ class FanoutStream(ShardStream):
         self.store_path, self.targets = Path(store_path), np.asarray(targets, np.int64)
         self.fanouts, self.batch_targets = [int(f) for f in fanouts], int(batch_targets)
         self._store: GraphStore | None = None
+        self._slot: tuple[tuple[int, int], np.ndarray] | None = None  # ((epoch, worker), its slot_targets)
 
     def __getstate__(self) -> dict:  # spawned workers open their own store
-        return {**self.__dict__, "_store": None}
+        return {**self.__dict__, "_store": None, "_slot": None}
 
     def _open(self) -> GraphStore:
         if self._store is None:
@@ -84,11 +80,15 @@ class FanoutStream(ShardStream):
         return self._store
 
     def slot_targets(self, worker: int) -> np.ndarray:
-        """The targets of slot (this rank, `worker`) in this epoch; slots' sets are disjoint."""
-        order = self.targets
-        if self.train:
-            order = np.random.default_rng(derive_seed(self.config.seed, self.epoch, SeedPurpose.FANOUT_TARGET_ORDER)).permutation(order)
-        return order[self.rank + self.world_size * worker :: self.world_size * self.config.workers_per_rank]
+        """The targets of slot (this rank, `worker`) in this epoch; slots' sets are disjoint. Kept
+        for the epoch: every batch reads them, and permuting T-Social's 2.3 M train nodes costs
+        more than sampling a batch."""
+        if self._slot is None or self._slot[0] != (self.epoch, worker):
+            order = self.targets
+            if self.train:
+                order = np.random.default_rng(derive_seed(self.config.seed, self.epoch, SeedPurpose.FANOUT_TARGET_ORDER)).permutation(order)
+            self._slot = ((self.epoch, worker), order[self.rank + self.world_size * worker :: self.world_size * self.config.workers_per_rank])
+        return self._slot[1]
 
     def _batches(self, worker: int, skipped: list) -> Iterator[int]:
         """Each batch's first position in the slot's targets: cheap, so replay costs nothing."""
@@ -111,9 +111,9 @@ class FanoutStream(ShardStream):
         the targets scored."""
         store = self._open()
         trees = sample_neighbourhoods(store.indptr, store.indices, targets, self.fanouts, rng)
-        batch = store_edge_batch(store, trees.nodes, trees.edge_index, trees.roots, targets, trees.tree, len(targets))
         largest = 1 + sum(int(np.prod(self.fanouts[: h + 1])) for h in range(len(self.fanouts)))  # the most nodes a tree can have
-        return pad_nodes(batch, padded_size(batch.num_nodes), largest)
+        return store_edge_batch(store, trees.nodes, trees.edge_index, trees.roots, targets, trees.tree, len(targets),
+                                padded_nodes=padded_size(len(trees.nodes)), filler_graph_nodes=largest)
 
 
 class FanoutLoader(EdgeStoreLoader):

@@ -17,37 +17,30 @@ from gtscale.loader.edge_batch import EdgeBatch
 PROVIDED_KEYS = (schema.TARGET_Y,)
 
 
-def pad_nodes(batch: EdgeBatch, num_nodes: int, graph_nodes: int) -> EdgeBatch:
-    """`batch` with isolated, featureless, unscored nodes appended up to `num_nodes`, in filler
-    graphs of at most `graph_nodes` nodes each (idx FILLER_IDX), so that no graph grows and no
-    output of the batch's own nodes changes."""
-    extra = num_nodes - batch.num_nodes
-    if extra <= 0:
-        return batch
-    fillers = -(-extra // graph_nodes)
-    graph = batch.num_graphs + torch.arange(extra) // graph_nodes
-    return EdgeBatch(
-        edge_index=batch.edge_index, graph_index=torch.cat([batch.graph_index, graph]), num_graphs=batch.num_graphs + fillers,
-        node_feat_float=torch.cat([batch.node_feat_float, batch.node_feat_float.new_zeros(extra, batch.node_feat_float.shape[1])]),
-        target_node=batch.target_node, target_id=batch.target_id, target_y=batch.target_y, target_y_mask=batch.target_y_mask,
-        idx=torch.cat([batch.idx, torch.full((fillers,), FILLER_IDX, dtype=torch.long)]),
-        max_graph_nodes=max(batch.max_graph_nodes, min(extra, graph_nodes)),
-    )
-
-
 def store_edge_batch(store: GraphStore, nodes: np.ndarray, edge_index: np.ndarray, target_node: np.ndarray, idx: np.ndarray,
-                     graph_index: np.ndarray | None = None, num_graphs: int = 1) -> EdgeBatch:
+                     graph_index: np.ndarray | None = None, num_graphs: int = 1, padded_nodes: int = 0, filler_graph_nodes: int = 1) -> EdgeBatch:
     """One EdgeBatch of `nodes` (global ids) with `edge_index` (positions in nodes), scoring the
-    nodes at `target_node`: target_id their global ids, target_y their labels (unknown: masked)."""
-    target_node = np.asarray(target_node, np.int64)
+    nodes at `target_node`: target_id their global ids, target_y their labels (unknown: masked).
+
+    With `padded_nodes` above len(nodes), isolated, featureless, unscored nodes are appended up to
+    that count, in filler graphs of at most `filler_graph_nodes` nodes each (idx FILLER_IDX), so
+    that no graph grows and no output of the batch's own nodes changes. Built in numpy and handed
+    to torch once: torch's cat and bincount took 20 times numpy's time on fan-out batches."""
+    count, target_node = len(nodes), np.asarray(target_node, np.int64)
+    total, extra = max(count, padded_nodes), max(padded_nodes - count, 0)
     labels = np.asarray(store.labels[nodes[target_node]], np.int64)
-    graph_index = np.zeros(len(nodes), np.int64) if graph_index is None else graph_index
+    features = np.zeros((total, store.features.shape[1]), np.float32)
+    features[:count] = np.take(np.asarray(store.features), nodes, axis=0)  # np.take: a fifth of a memmap's fancy indexing
+    graph_index = np.zeros(count, np.int64) if graph_index is None else np.asarray(graph_index, np.int64)
+    fillers = -(-extra // filler_graph_nodes)
+    graph_index = np.concatenate([graph_index, num_graphs + np.arange(extra) // filler_graph_nodes])
+    idx = np.concatenate([np.asarray(idx, np.int64), np.full(fillers, FILLER_IDX, np.int64)])
     return EdgeBatch(
         edge_index=torch.from_numpy(np.ascontiguousarray(edge_index, np.int64)), graph_index=torch.from_numpy(graph_index),
-        num_graphs=num_graphs, node_feat_float=torch.from_numpy(np.asarray(store.features[nodes], np.float32)),
+        num_graphs=num_graphs + fillers, node_feat_float=torch.from_numpy(features),
         target_node=torch.from_numpy(target_node), target_id=torch.from_numpy(np.asarray(nodes[target_node], np.int64)),
         target_y=torch.from_numpy((labels == 1).astype(np.float32)), target_y_mask=torch.from_numpy(labels >= 0),
-        idx=torch.from_numpy(np.asarray(idx, np.int64)),
+        idx=torch.from_numpy(idx), max_graph_nodes=int(np.bincount(graph_index).max()) if total else 0,
     )
 
 

@@ -11,13 +11,20 @@ its graphs and renumbers their edges into one global list:
     graph_index  long  [N_tot]      which graph each node belongs to (0..B-1, non-decreasing)
     lap_pe       float [N_tot, k]   Laplacian eigenvectors (or None)
     node_y, node_y_mask  [N_tot]    per-node targets and whether each is labelled (or None)
-    target_node  long  [K]          nodes whose outputs are scored (a sampled subgraph's seed nodes), or None = all
+    target_node  long  [K]          nodes whose outputs are scored (a sampled subgraph's seed nodes), or None = all:
+                                    a model's node output then has one row per target, in this order (see below)
     target_id    long  [K]          node tasks on a huge graph: each target's global node id (FILLER_IDX on a filler batch)
     target_y, target_y_mask [K]     … its label (0/1 as float) and whether it is known
     y, y_mask    [B, T]             graph targets (or None)
 
 The field names are Batch's (node_feat_float, edge_feat, target_node, …): a field present in both
 means the same thing in both, laid out per node / edge instead of per padded graph.
+
+Only the targets are read. So a model taking an EdgeBatch with target_node returns the targets'
+node rows alone, [K, d] (as DGL's message-flow graphs return their destination nodes), and may
+leave out what no target depends on: the sparse ET runs its last steps only where they still reach
+a target (gtscale/models/et/sparse.py), which on fan-out neighbourhoods is a small share of the
+nodes.
 
 Producers: `collate_edges(records, keys)` from decoded shard records (each record one graph; a
 record may carry a float array "x_float" next to the categorical "x", and "target_nodes", the

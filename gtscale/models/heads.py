@@ -79,6 +79,8 @@ class Head(nn.Module):
     def forward(self, outputs: Outputs, graph_feat: torch.Tensor | None = None) -> torch.Tensor:
         field = "edge" if self.cfg.kind == "distance" else self.cfg.kind
         x = getattr(outputs, field)
+        if x is None:  # the sparse ET computes an EdgeBatch's targets alone, and no graph readout then
+            raise ValueError(f"this {self.cfg.kind} head reads the model's {field} output, which it did not compute for this batch")
         if self.cfg.graph_features:
             if graph_feat is None or graph_feat.shape[-1] != self.cfg.graph_features:
                 got = "none" if graph_feat is None else f"width {graph_feat.shape[-1]}"

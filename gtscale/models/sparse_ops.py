@@ -29,6 +29,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 #: Gathered elements per chunk (edges × heads × width): bounds the transient [chunk, H, d] tensors.
@@ -89,18 +90,27 @@ class EdgeLayouts:
 
 
 def _row_layout(rows: torch.Tensor, cols: torch.Tensor, num_rows: int, num_cols: int) -> RowLayout:
-    order = torch.argsort(rows, stable=True)
+    # numpy's stable sort takes a fifth of torch's time on the CPU for edge lists, which come in runs
+    order = torch.from_numpy(np.argsort(rows.numpy(), kind="stable"))
     crow = torch.zeros(num_rows + 1, dtype=torch.long, device=rows.device)
     torch.cumsum(torch.bincount(rows, minlength=num_rows), 0, out=crow[1:])
     return RowLayout(order, crow, cols[order], (num_rows, num_cols))
 
 
-def edge_layouts(src: torch.Tensor, dst: torch.Tensor, num_nodes: int, dtype: torch.dtype = torch.float32) -> EdgeLayouts | None:
-    """The CSR layouts of edges src → dst among num_nodes nodes for the sparse kernels, or None
-    where the gathering form runs: compiled, off the CPU, or below fp32 (the one place that chooses)."""
+def edge_layouts(src: torch.Tensor, dst: torch.Tensor, num_nodes: int, dtype: torch.dtype = torch.float32,
+                 num_dst: int | None = None) -> EdgeLayouts | None:
+    """The CSR layouts of edges src → dst among num_nodes nodes (or from num_nodes sources into
+    `num_dst` other rows) for the sparse kernels, or None where the gathering form runs: compiled,
+    off the CPU, or below fp32 (the one place that chooses)."""
     if torch.compiler.is_compiling() or src.device.type != "cpu" or dtype not in (torch.float32, torch.float64):
         return None
-    return EdgeLayouts(_row_layout(dst, src, num_nodes, num_nodes), _row_layout(src, dst, num_nodes, num_nodes))
+    num_dst = num_nodes if num_dst is None else num_dst
+    return EdgeLayouts(_row_layout(dst, src, num_dst, num_nodes), _row_layout(src, dst, num_nodes, num_dst))
+
+
+def _head(x: torch.Tensor, h: int) -> torch.Tensor:
+    """Head h of x [C, H, d], or x [C, d] itself (one tensor that every head reads)."""
+    return x if x.dim() == 2 else x[:, h]
 
 
 def _sparse_edge_dot(q, k, layout: RowLayout):
@@ -108,14 +118,21 @@ def _sparse_edge_dot(q, k, layout: RowLayout):
     pattern = layout.matrix(q.new_zeros(layout.col.shape[0]))
     out = q.new_empty(layout.col.shape[0], q.shape[1])
     for h in range(q.shape[1]):
-        out[layout.order, h] = torch.sparse.sampled_addmm(pattern, q[:, h].contiguous(), k[:, h].t(), beta=0.0).values()
+        out[layout.order, h] = torch.sparse.sampled_addmm(pattern, q[:, h].contiguous(), _head(k, h).t(), beta=0.0).values()
     return out
 
 
-def _sparse_edge_sum(w, v, layout: RowLayout):
-    """[rows, H, d]: Σ over each row's edges of w · v of the edge's column, by SpMM."""
+def _sparse_edge_sum(w, v, layout: RowLayout, sum_heads: bool = False):
+    """[rows, H, d]: Σ over each row's edges of w · v of the edge's column, by SpMM; with
+    `sum_heads`, [rows, d] summed over the heads (accumulated in place: no [rows, H, d] tensor)."""
     w = w[layout.order]
-    return torch.stack([torch.sparse.mm(layout.matrix(w[:, h].contiguous()), v[:, h]) for h in range(w.shape[1])], dim=1)
+    if sum_heads:
+        out = None
+        for h in range(w.shape[1]):
+            m = layout.matrix(w[:, h].contiguous())
+            out = torch.sparse.mm(m, _head(v, h)) if out is None else out.addmm_(m, _head(v, h))
+        return out
+    return torch.stack([torch.sparse.mm(layout.matrix(w[:, h].contiguous()), _head(v, h)) for h in range(w.shape[1])], dim=1)
 
 
 class _EdgeDot(torch.autograd.Function):
@@ -133,7 +150,7 @@ class _EdgeDot(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             dq = _edge_sum(grad, k, src, dst, q.shape[0]) if layouts is None else _sparse_edge_sum(grad, k, layouts.by_dst)
         if ctx.needs_input_grad[1]:
-            dk = _edge_sum(grad, q, dst, src, k.shape[0]) if layouts is None else _sparse_edge_sum(grad, q, layouts.by_src)
+            dk = _edge_sum(grad, q, dst, src, k.shape[0]) if layouts is None else _sparse_edge_sum(grad, q, layouts.by_src, k.dim() == 2)
         return dq, dk, None, None, None
 
 
@@ -152,23 +169,30 @@ class _EdgeSum(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             dw = (_edge_dot(grad, v, src, dst) if layouts is None else _sparse_edge_dot(grad, v, layouts.by_dst)).to(w.dtype)
         if ctx.needs_input_grad[1]:
-            dv = _edge_sum(w, grad, dst, src, v.shape[0]) if layouts is None else _sparse_edge_sum(w, grad, layouts.by_src)
+            dv = _edge_sum(w, grad, dst, src, v.shape[0]) if layouts is None else _sparse_edge_sum(w, grad, layouts.by_src, v.dim() == 2)
         return dw, dv, None, None, None, None
 
 
 def edge_dot(q: torch.Tensor, k: torch.Tensor, src: torch.Tensor, dst: torch.Tensor, layouts: EdgeLayouts | None = None) -> torch.Tensor:
-    """q [N, H, d], k [N, H, d] → [E, H]: the dot product of dst's q and src's k per head.
-    `layouts`: edge_layouts(src, dst, N) for the sparse kernels (None: the gathering form)."""
+    """q [N_dst, H, d], k [N_src, H, d] (or [N_src, d], the same for every head) → [E, H]: the dot
+    product of dst's q and src's k per head.
+    `layouts`: edge_layouts(src, dst, N_src, dtype, N_dst) for the sparse kernels (None: the gathering form)."""
     dtype = torch.promote_types(q.dtype, k.dtype)
-    return _EdgeDot.apply(q.to(dtype), k.to(dtype), src, dst, layouts if dtype in (torch.float32, torch.float64) else None)
+    layouts = layouts if dtype in (torch.float32, torch.float64) else None
+    if k.dim() == 2 and layouts is None:
+        k = k.unsqueeze(1).expand(-1, q.shape[1], -1)
+    return _EdgeDot.apply(q.to(dtype), k.to(dtype), src, dst, layouts)
 
 
 def edge_sum(w: torch.Tensor, v: torch.Tensor, src: torch.Tensor, dst: torch.Tensor, num_nodes: int,
              layouts: EdgeLayouts | None = None) -> torch.Tensor:
-    """w [E, H], v [N_src, H, d] → [num_nodes, H, d]: Σ over each dst's edges of w · v[src].
-    `layouts`: edge_layouts(src, dst, num_nodes) for the sparse kernels (None: the gathering form)."""
-    if layouts is not None and (v.dtype not in (torch.float32, torch.float64) or v.shape[0] != num_nodes):
+    """w [E, H], v [N_src, H, d] (or [N_src, d], the same for every head) → [num_nodes, H, d]:
+    Σ over each dst's edges of w · v[src].
+    `layouts`: edge_layouts(src, dst, N_src, dtype, num_nodes) for the sparse kernels (None: the gathering form)."""
+    if layouts is not None and (v.dtype not in (torch.float32, torch.float64) or layouts.by_dst.shape != (num_nodes, v.shape[0])):
         layouts = None
+    if v.dim() == 2 and layouts is None:
+        v = v.unsqueeze(1).expand(-1, w.shape[1], -1)
     return _EdgeSum.apply(w.to(v.dtype), v, src, dst, num_nodes, layouts)
 
 

@@ -180,6 +180,12 @@ class EvalConfig:
     # a run stops early only once its learning rate has decayed (small sets evaluated every epoch
     # otherwise stop within a few hundred steps of a cosine schedule whose rate never fell)
     min_steps: int = ranged(0, low=0)
+    # how the eval split of a graph store (data.graph) is scored: sampled, in batches of data.graph's
+    # sampler on every rank; or full, every node with all of its neighbours, layer by layer over the
+    # store on rank 0 (train/full_inference.py: the sparse ET), as `gtscale evaluate --inference full`
+    # scores. Either way task.metric of the same predictions chooses the best checkpoint. full needs
+    # data.graph (preflight.check_cross_fields) and a model with a layer-wise form (task_model.check_task_model).
+    inference: Literal["sampled", "full"] = "sampled"
 
 
 @dataclass

@@ -52,15 +52,6 @@ def predict_split(model: torch.nn.Module, task: Task, cfg: TrainConfig, manifest
     return idx, y_pred, y_true
 
 
-def full_graph_split(logits: np.ndarray, store, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(idx, y_pred, y_true with NaN where unlabelled) of a split's nodes from every node's logit,
-    in the rows `predict_split` gives."""
-    idx = np.sort(np.asarray(nodes, np.int64))
-    labels = np.asarray(store.labels[idx])
-    y_true = np.where(labels >= 0, (labels == 1).astype(np.float32), np.nan).astype(np.float32)
-    return idx, logits[idx, None], y_true[:, None]
-
-
 def evaluate_run(run_dir: Path, split: str = "test", tag: str = "best", inference: str | None = None, progress: bool = False,
                  export_to: Path | None = None) -> dict:
     """Metrics of `split` under checkpoint `tag`; also written to RUN_DIR/eval/. `inference`
@@ -90,14 +81,14 @@ def evaluate_run(run_dir: Path, split: str = "test", tag: str = "best", inferenc
     if inference == "full":
         from gtscale.graphs.store import GraphStore
         from gtscale.train.data_source import split_nodes
-        from gtscale.train.full_inference import full_graph_logits
+        from gtscale.train.full_inference import full_graph_logits, split_rows
 
         store = GraphStore.open(graph.store)
         logits = full_graph_logits(model, store, folder, progress=progress)
         nodes = split_nodes(graph)
 
         def rows(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            return full_graph_split(logits, store, nodes[name])
+            return split_rows(logits, store, nodes[name])
     else:
         def rows(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             return predict_split(model, task, cfg, manifest, name)

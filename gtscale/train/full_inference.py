@@ -104,3 +104,12 @@ def full_graph_logits(model: torch.nn.Module, store: GraphStore, workdir: str | 
             bar.update(b - a)
         del first, x, g, lse
     return logits
+
+
+def split_rows(logits: np.ndarray, store: GraphStore, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(idx, y_pred [K, 1], y_true [K, 1] with NaN where unlabelled) of a split's nodes from every
+    node's logit, sorted by node id: the rows a sampled evaluation gathers (tasks.predict)."""
+    idx = np.sort(np.asarray(nodes, np.int64))
+    labels = np.asarray(store.labels[idx])
+    y_true = np.where(labels >= 0, (labels == 1).astype(np.float32), np.nan).astype(np.float32)
+    return idx, logits[idx, None], y_true[:, None]

@@ -57,11 +57,13 @@ def labelled_targets(batch: Batch) -> int:
 
 def target_scores(batch: Batch | EdgeBatch, node_scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(global target ids, logits at the target nodes) from the node head's [B, N, 1] (Batch: [B·T]
-    rows) or [N_tot, 1] (EdgeBatch: [K] rows, the nodes listed in batch.target_node)."""
+    rows) or [K, 1] (EdgeBatch: a model's node rows are its K target nodes' already)."""
     if isinstance(batch, EdgeBatch):
         if batch.target_node is None or batch.target_id is None:
             raise ValueError("a node-task EdgeBatch needs target_node and target_id")
-        return batch.target_id, node_scores[batch.target_node.to(node_scores.device)].reshape(-1).float()
+        if node_scores.shape[0] != batch.target_node.shape[0]:
+            raise ValueError(f"{node_scores.shape[0]} node rows for an EdgeBatch of {batch.target_node.shape[0]} target nodes")
+        return batch.target_id, node_scores.reshape(-1).float()
     ids, values = target_predictions(batch, node_scores)
     return ids, values.reshape(-1).float()
 

@@ -4,9 +4,9 @@ on every rank.
 
 `config.py` checks each field on its own (types, the ranges declared on the fields); this module
 checks what involves several fields (`check_cross_fields`: the schedule's steps, min_lr against
-optimizer.lr, compile against ZeRO and the loader), and the config against what it names: the
-shards' manifest (or the graph store's), the model built from the model config (on the meta
-device) and the task (evaluator ↔ task type and target count, metric ↔ evaluator, loss ↔ metric,
+optimizer.lr, compile against ZeRO and the loader, eval.inference against data.graph), and the
+config against what it names: the shards' manifest (or the graph store's), the model built from
+the model config (on the meta device) and the task (evaluator ↔ task type and target count, metric ↔ evaluator, loss ↔ metric,
 node-task anomaly weight). `load_train_config` is all of them, the entry point of every command
 that starts or plans a run.
 """
@@ -51,6 +51,10 @@ def check_cross_fields(cfg: TrainConfig) -> TrainConfig:
     # CUDA graphs are recorded per input shape: without one shape per bucket they would pile up
     if cfg.compile.mode == "reduce-overhead" and not cfg.data.loader.pad_to_bucket:
         raise UserError(f"compile.mode: must be not reduce-overhead (CUDA graphs) without data.loader.pad_to_bucket: true, got {cfg.compile.mode!r}")
+    # full inference scores the nodes of a graph store; whether the model has a layer-wise form is
+    # task_model.check_task_model's question (it builds the model)
+    if cfg.eval.inference == "full" and cfg.data.graph is None:
+        raise UserError(f"eval.inference: must be sampled without data.graph (full scores the nodes of a graph store), got {cfg.eval.inference!r}")
     return cfg
 
 

@@ -113,9 +113,10 @@ def check_task_model(resolved: ResolvedConfig, manifest: dict | None = None) -> 
     if graph is not None and graph.sampler == "ego" and takes_edges:
         raise UserError(f"model: {model_cfg.get('name')!r} takes edge lists; data.graph (sampler ego) gives padded dense batches "
                         "of ego subgraphs: use data.graph.sampler: induced or fanout, or a dense model (EGT, Graphormer)")
-    if graph is not None and graph.inference == "full" and not hasattr(model.backbone, "layerwise"):
-        raise UserError(f"data.graph.inference: full needs a model that attends along edges one layer at a time (the sparse ET); "
-                        f"{model_cfg.get('name')!r} does not: use inference: sampled")
+    for key, inference in (("data.graph.inference", graph and graph.inference), ("eval.inference", resolved.train.eval.inference)):
+        if inference == "full" and not hasattr(model.backbone, "layerwise"):
+            raise UserError(f"{key}: full needs a model that attends along edges one layer at a time (the sparse ET); "
+                            f"{model_cfg.get('name')!r} does not: use {key}: sampled")
 
 
 def load_backbone(model: GraphTaskModel, path: str) -> int:

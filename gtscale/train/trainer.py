@@ -18,7 +18,10 @@ why `torch.cuda.set_device(LOCAL_RANK)` comes before the process group. Per opti
      skipping the update, on stopping, and on nothing else; the loss stays on the device until a
      metrics line is written.
 Evaluation adds one one-element all-reduce per batch (`lockstep`), a gather of the predictions and
-an all-reduce of the target sums; checkpoints gather the loader positions and RNG states.
+an all-reduce of the target sums; with eval.inference full (a graph store's every node scored on
+rank 0), ZeRO-3's gather of the weights and one broadcast of rank 0's metrics instead, the other
+ranks waiting in that broadcast for the time the inference takes. Checkpoints gather the loader
+positions and RNG states.
 
 Loss weighting. Every labelled target of an optimizer step weighs the same, whichever rank and
 micro-batch it fell in (with node-budget batching, micro-batches hold very different graph counts):
@@ -119,7 +122,9 @@ class Trainer:
             load_backbone(model, str(init_weights(cfg.init_from)))
         loader_cfg = cfg.data.loader
         self.train_loader = split_loader(cfg.data, self.manifest, cfg.data.train_split, loader_cfg, train=True, rank=self.rank, world_size=self.world_size)
-        self.eval_loader = split_loader(cfg.data, self.manifest, cfg.data.eval_split, loader_cfg, train=False, rank=self.rank, world_size=self.world_size)
+        self.eval_loader = None  # eval.inference full scores the whole store instead of sampled batches
+        if cfg.eval.inference == "sampled":
+            self.eval_loader = split_loader(cfg.data, self.manifest, cfg.data.eval_split, loader_cfg, train=False, rank=self.rank, world_size=self.world_size)
 
         micro = loader_cfg.batch_size if loader_cfg.batching == "graphs" else 1
         # Head first, then the backbone by depth, each group with its own LR (finetune.*); a frozen
@@ -348,6 +353,8 @@ class Trainer:
         graph tasks by source idx, node tasks by global node id); None when a stop request killed a
         rank's loader workers (every rank returns None)."""
         self.engine.eval()
+        if self.cfg.eval.inference == "full":
+            return self._evaluate_full()
         batches = lockstep(self.eval_loader, self.eval_loader.filler_batch(), device=self.device, stop_on_failure=self._stop_after_loader_failure)
         expected = self.eval_loader.num_samples if self.cfg.data.loader.on_error == "raise" else None
         try:
@@ -365,6 +372,38 @@ class Trainer:
             metrics["mean_predictor_mae"] = float(np.abs(y_true - mean)[labelled].mean()) if labelled.any() else float("nan")
         metrics["samples"] = int(len(idx))
         return metrics
+
+    def _evaluate_full(self) -> dict[str, float]:
+        """Metrics of the eval split scored by full-neighbourhood inference (every node of the store
+        with all of its neighbours: train/full_inference.py), computed on rank 0 from an fp32 copy
+        of the weights, which ZeRO-3 first gathers on every rank; the metrics are broadcast, so that
+        every rank takes the same best checkpoint and patience decisions as after a sampled one."""
+        import deepspeed
+
+        module = self.engine.module
+        result: list[dict | None] = [None]
+        with deepspeed.zero.GatheredParameters(list(module.parameters()), enabled=self.cfg.deepspeed.zero_stage == 3):
+            if self.rank == 0:
+                state = {name: t.detach().float().clone() for name, t in [*module.named_parameters(), *module.named_buffers()]}
+                with torch.device("meta"):  # shapes only: the weights come from `state`, and no RNG is drawn
+                    model = build_task_model(self.resolved, self.manifest)
+                model.load_state_dict(state, assign=True)
+                result = [self._full_metrics(model)]
+        dist.broadcast_object_list(result, src=0)
+        return result[0]
+
+    def _full_metrics(self, model: torch.nn.Module) -> dict[str, float]:
+        from gtscale.graphs.store import GraphStore
+        from gtscale.train.data_source import split_nodes
+        from gtscale.train.full_inference import full_graph_logits, split_rows
+
+        graph, start = self.cfg.data.graph, time.perf_counter()
+        store = GraphStore.open(graph.store)
+        logits = full_graph_logits(model, store, self.run_dir / "eval", progress=False)
+        idx, y_pred, y_true = split_rows(logits, store, split_nodes(graph)[self.cfg.data.eval_split])
+        self._save_predictions(idx, y_pred, y_true)
+        self.log.message(f"step {self.step}: full-neighbourhood inference over {store.num_nodes:,} nodes in {time.perf_counter() - start:.0f} s")
+        return self.task.metrics(y_pred, y_true) | {"samples": int(len(idx))}
 
     def _save_predictions(self, idx: np.ndarray, y_pred: np.ndarray, y_true: np.ndarray) -> None:
         """predictions/<split>-step<N>.npz: what the metrics were computed from, by source idx."""

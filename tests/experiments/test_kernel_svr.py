@@ -13,11 +13,12 @@ from sklearn.model_selection import KFold, cross_val_score
 from sklearn.svm import SVR
 
 from gtscale.cli import main
-from gtscale.experiments import moleculeace
 from gtscale.experiments.ecfp import SELECTION, SVR_C, ecfp, fit_svr, tanimoto
 from gtscale.experiments.kernel_baseline import PREDICTIONS
 from gtscale.experiments.kernel_svr import combined, fit_kernel_svr
 from gtscale.experiments.sweep import read_rows
+from gtscale.format.manifest import load_manifest
+from gtscale.format.record_meta import split_smiles
 from gtscale.prep.sources.bundled import read_nci_tpsa
 
 from test_moleculeace_table import SET, tiny_config
@@ -91,14 +92,14 @@ def test_the_table_scores_the_kernel_arm_of_a_pretrained_export(tmp_path, capsys
     assert set(chosen) == {"C", "weight", "gamma", "selection", "cv_rmse"} and chosen["gamma"] > 0 and chosen["selection"] == SELECTION
     assert 0 < chosen["cv_rmse"] < 10  # the chosen (w, C)'s mean fold RMSE, in the target's units
     saved = np.load(out / SET / "kernel" / PREDICTIONS.format(split="test"))
-    source = moleculeace.source_table(out / "shards" / SET)
-    assert saved["idx"].tolist() == source.splits["test"].tolist()
+    test_idx, test_smiles = split_smiles(out / "shards" / SET, load_manifest(out / "shards" / SET), "test")
+    assert saved["idx"].tolist() == test_idx.tolist()
     assert row["summary"]["rmse"]["mean"] == pytest.approx(float(np.sqrt(np.mean((saved["y_pred"] - saved["y_true"]) ** 2))), rel=1e-9)
     assert "| ECFP4 + SVR | ECFP4 + gtscale kernel SVR |" in capsys.readouterr().out
 
     # its export, the SVR with its backbone, is what `gtscale predict` reads: the same predictions
     csv = tmp_path / "test.csv"
-    pd.DataFrame({"smiles": [source.smiles[i] for i in saved["idx"].tolist()] + ["not a molecule"]}).to_csv(csv, index=False)
+    pd.DataFrame({"smiles": test_smiles + ["not a molecule"]}).to_csv(csv, index=False)
     kernel_export = out / SET / "kernel" / "export"
     assert main(["predict", str(kernel_export), "--input", str(csv), "--out", str(tmp_path / "p.csv"), "--no-progress"]) == 0
     predicted = pd.read_csv(tmp_path / "p.csv", keep_default_na=False)

@@ -70,11 +70,10 @@ def test_sweep_scores_each_seed_best_checkpoint_on_test_and_compares_with_ecfp(a
     # the ensemble row: the seeds' mean test prediction, scored as one model
     saved = [np.load(Path(r["run_dir"]) / "eval" / f"test-{r['tag']}.npz") for r in row["runs"]]
     mean_pred, y_true = (saved[0]["y_pred"] + saved[1]["y_pred"]) / 2, saved[0]["y_true"]
-    table = moleculeace.source_table(ace_shards)
     metrics = ensemble["runs"][0]["metrics"]
     assert ensemble["label"] == "egt, ensemble of 2" and ensemble["runs"][0]["seeds"] == [0, 1]
     assert metrics["rmse"] == pytest.approx(float(np.sqrt(np.mean((mean_pred - y_true) ** 2))), rel=1e-6)
-    assert metrics["cliff_rmse"] == pytest.approx(moleculeace.cliff_rmse(table, saved[0]["idx"], mean_pred, y_true), rel=1e-6)
+    assert metrics["cliff_rmse"] == pytest.approx(moleculeace.cliff_rmse(ace_shards, "test", saved[0]["idx"], mean_pred, y_true), rel=1e-6)
     assert metrics["rmse"] <= max(rmses) and ensemble["summary"]["rmse"] == {"mean": metrics["rmse"], "std": 0.0, "n": 1}
 
     assert main(["baseline", "ecfp", str(ace_shards), "--out", str(tmp_path / "ecfp"), "--seeds", "0", "--trees", "10"]) == 0
@@ -91,3 +90,24 @@ def test_sweep_scores_each_seed_best_checkpoint_on_test_and_compares_with_ecfp(a
 def test_evaluate_refuses_a_folder_that_is_no_run(tmp_path, capsys):
     assert main(["evaluate", str(tmp_path), "--split", "test"]) == 2
     assert "not a run directory (no config.yaml)" in capsys.readouterr().err
+
+
+def test_the_cliff_rmse_needs_only_the_shards(tmp_path):
+    """The cliff flags come from the records' names: the cliff RMSE is computed after the source CSV
+    is gone, over exactly the rows its cliff_mol column marks."""
+    import pandas as pd
+
+    from gtscale.prep.sources.moleculeace import data_folder
+
+    root = tmp_path / "csvs"
+    root.mkdir()
+    (root / f"{SET}.csv").write_bytes((data_folder() / f"{SET}.csv").read_bytes())
+    source = pd.read_csv(root / f"{SET}.csv")
+    shards = tmp_path / "shards"
+    assert main(["shard", "moleculeace", "--dataset", SET, "--root", str(root), "--out", str(shards), "--no-progress",
+                 "--lap-k", "0", "--svd-rank", "0"]) == 0
+    (root / f"{SET}.csv").unlink()
+    idx = np.flatnonzero(source["split"].to_numpy() == "test")
+    y_true = source["y"].to_numpy()[idx, None]
+    y_pred = y_true + np.where(source["cliff_mol"].to_numpy()[idx, None] == 1, 0.5, 2.0)  # off by 0.5 on cliffs, 2 elsewhere
+    assert moleculeace.cliff_rmse(shards, "test", idx[::-1], y_pred[::-1], y_true[::-1]) == pytest.approx(0.5)

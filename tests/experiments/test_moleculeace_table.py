@@ -13,10 +13,11 @@ import yaml
 
 from gtscale.cli import main
 from gtscale.errors import UserError
-from gtscale.experiments import moleculeace
 from gtscale.experiments import moleculeace_table as mt
 from gtscale.experiments.ecfp import SELECTION
 from gtscale.experiments.sweep import ensemble_prediction, read_rows
+from gtscale.format.manifest import load_manifest
+from gtscale.format.record_meta import split_smiles
 from gtscale.train.tasks import evaluate
 
 SET = "CHEMBL2835_Ki"  # 615 molecules, the smallest bundled set
@@ -71,9 +72,9 @@ def test_table_of_ecfp_and_a_trained_arm_with_its_ensemble_and_blend(tmp_path, c
     # ... which `gtscale predict` gives from the seeds' best exports (where the sweep leaves them,
     # seed-S/export, as `gtscale export` would) and the SVR's, weighted 1 1 2
     shards = out / "shards" / SET
-    source = moleculeace.source_table(shards)
+    test_idx, test_smiles = split_smiles(shards, load_manifest(shards), "test")
     csv = tmp_path / "test.csv"
-    pd.DataFrame({"smiles": [source.smiles[i] for i in idx.tolist()]}).to_csv(csv, index=False)
+    pd.DataFrame({"smiles": [test_smiles[i] for i in np.searchsorted(test_idx, idx)]}).to_csv(csv, index=False)
     exports = [str(out / SET / "scratch" / f"seed-{seed}" / "export") for seed in (0, 1)]
     for seed, export in zip((0, 1), exports):
         assert json.loads((Path(export) / "export.json").read_text())["tag"] == seeds_row["runs"][seed]["tag"]

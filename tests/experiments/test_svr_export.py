@@ -63,20 +63,27 @@ def test_predict_with_the_svr_alone_and_weighted_beside_another_member(fitted, t
     np.testing.assert_allclose(two["y_std"][:40], np.sqrt(0.25 * 0.75 ** 2 + 0.75 * 0.25 ** 2), rtol=1e-4)
 
 
-def test_bad_weights_and_a_shard_folder_input_are_one_line_errors(fitted, tmp_path, capsys):
+def test_bad_weights_are_a_one_line_error(fitted, tmp_path, capsys):
     _, smiles, _, export = fitted
     csv = tmp_path / "in.csv"
     pd.DataFrame({"smiles": smiles}).to_csv(csv, index=False)
     assert main(["predict", str(export), "--weights", "1", "2", "--input", str(csv), "--out", str(tmp_path / "p.csv")]) == 2
     assert "--weights: give one weight per export (1)" in capsys.readouterr().err
-    shards = tmp_path / "shards"
+
+
+def test_predict_on_a_shard_folder_reads_each_records_smiles(fitted, tmp_path):
+    """The SVR predicts a shard folder's records from the SMILES they keep: the same values, record by
+    record, as from the CSV they were sharded from."""
+    svr, smiles, bits, export = fitted
     labelled = tmp_path / "labelled.csv"
     pd.DataFrame({"smiles": smiles, "y": np.arange(len(smiles), dtype=float)}).to_csv(labelled, index=False)
+    shards = tmp_path / "shards"
     assert main(["shard", "smiles-csv", "--input", str(labelled), "--target-columns", "y", "--out", str(shards), "--no-progress",
                  "--lap-k", "0", "--svd-rank", "0"]) == 0
-    capsys.readouterr()
-    assert main(["predict", str(export), "--input", str(shards), "--out", str(tmp_path / "p.csv")]) == 2
-    assert "an SVR export (ECFP + SVR, or the kernel SVR) reads SMILES" in capsys.readouterr().err and not (tmp_path / "p.csv").exists()
+    assert main(["predict", str(export), "--input", str(shards), "--out", str(tmp_path / "p.csv"), "--no-progress"]) == 0
+    table = pd.read_csv(tmp_path / "p.csv", keep_default_na=False)
+    assert len(table) == len(smiles) and (table["reason"] == "").all()
+    np.testing.assert_allclose(table["y_pred"].astype(float), svr.predict(bits[table["idx"].to_numpy()]), rtol=1e-5)
 
 
 class _Payload:

@@ -99,9 +99,11 @@ def test_a_batch_scores_only_its_targets(store, graph, splits):
     labels = np.asarray(g.labels[targets])
     np.testing.assert_array_equal(batch.target_y.numpy(), (labels == 1).astype(np.float32))
     np.testing.assert_array_equal(batch.node_feat_float.numpy()[batch.target_node.numpy()], np.asarray(g.features[targets], np.float32))
-    scores = torch.randn(batch.num_nodes, 1)
+    scores = torch.randn(64, 1)  # a model's node rows of an EdgeBatch with targets are the targets'
     ids, logits = target_scores(batch, scores)
-    assert ids.tolist() == targets.tolist() and torch.equal(logits, scores[batch.target_node, 0])
+    assert ids.tolist() == targets.tolist() and torch.equal(logits, scores[:, 0])
+    with pytest.raises(ValueError, match="node rows for an EdgeBatch of 64 target nodes"):
+        target_scores(batch, torch.randn(batch.num_nodes, 1))
 
 
 def _unpadded(batch):
@@ -135,7 +137,7 @@ def test_padding_to_a_bucket_size_changes_no_targets_score(store, splits):
         assert (batch.node_feat_float[plain.num_nodes:] == 0).all() and (torch.diff(batch.graph_index) >= 0).all()
         with torch.no_grad():
             for model in (et, mnagt):
-                torch.testing.assert_close(model(batch).node[batch.target_node], model(plain).node[plain.target_node], atol=1e-5, rtol=1e-5)
+                torch.testing.assert_close(model(batch).node, model(plain).node, atol=1e-5, rtol=1e-5)
     assert padded_any
 
 
@@ -223,4 +225,4 @@ def test_the_edge_list_models_run_on_batches_and_the_filler(store, splits, model
     loader = build_fanout_loader(store, splits["val"], FANOUTS, 32, _config(), train=False, rank=0, world_size=1)
     for batch in [next(iter(loader)), loader.filler_batch()]:
         out = model(batch)
-        assert out.node.shape[0] == batch.num_nodes and torch.isfinite(out.node).all()
+        assert out.node.shape[0] == len(batch.target_node) and torch.isfinite(out.node).all()  # the targets' rows

@@ -47,6 +47,19 @@ def test_store_is_memory_mapped_and_verifies(tmp_path):
     assert store.verify() == ["labels.npy"]
 
 
+def test_opening_a_store_leaves_torchs_thread_count_alone(tmp_path):
+    """A parallel numba check at open once set the process's OpenMP thread count to every core,
+    which torch shares: `OMP_NUM_THREADS=1 gtscale train` then trained on two threads."""
+    import os
+    import subprocess
+    import sys
+
+    build_store(synthetic_source(500, 2000, seed=3), tmp_path / "s", progress=False)
+    code = f"import torch; from gtscale.graphs.store import GraphStore; GraphStore.open({str(tmp_path / 's')!r}); print(torch.get_num_threads())"
+    out = subprocess.run([sys.executable, "-c", code], env=os.environ | {"OMP_NUM_THREADS": "1"}, capture_output=True, text=True, check=True)
+    assert out.stdout.split()[-1] == "1", out.stderr
+
+
 def test_a_store_without_manifest_does_not_open_and_is_not_replaced(tmp_path):
     """Without graph.json nothing says gtscale wrote the folder: it is refused, not deleted."""
     build_store(synthetic_source(500, 2000, seed=0), tmp_path / "s", progress=False)

@@ -2,6 +2,8 @@
 and sparse forms agree, non-edges get exactly zero gradient, the sparse form allocates no N×N
 tensor, and the model trains through the task model of the trainer."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -136,6 +138,65 @@ def test_sparse_form_allocates_no_n_by_n_tensor():
     assert not any(sum(d >= n for d in shape) >= 2 for shape in seen.shapes)
     bound = 4 * (e + n) * TINY_ET["num_heads"] * TINY_ET["head_dim"]
     assert seen.max_numel <= bound and 50 * bound < n * n  # one N×N tensor would be 78× the bound
+
+
+def _random_graphs(seed: int, symmetric: bool, graphs: int = 3, nodes: int = 40, edges: int = 60) -> EdgeBatch:
+    """`graphs` random graphs of `nodes` nodes and `edges` directed edges each (with their reverses
+    when `symmetric`), 5 features, 9 of the nodes the targets (distinct, in no order)."""
+    gen = torch.Generator().manual_seed(seed)
+    src, dst = torch.randint(0, nodes, (2, graphs, edges), generator=gen) + torch.arange(graphs)[:, None] * nodes
+    src, dst = src.flatten(), dst.flatten()
+    if symmetric:
+        src, dst = torch.cat([src, dst]), torch.cat([dst, src])
+    n = graphs * nodes
+    return EdgeBatch(edge_index=torch.stack([src, dst]), graph_index=torch.arange(n) // nodes, num_graphs=graphs,
+                     node_feat_float=torch.randn(n, 5, generator=gen), target_node=torch.randperm(n, generator=gen)[:9])
+
+
+@pytest.mark.parametrize("num_steps", [1, 2, 3])
+@pytest.mark.parametrize("symmetric", [True, False], ids=["symmetric", "directed"])
+def test_the_targets_alone_score_as_in_the_whole_forward(num_steps, symmetric):
+    """Given an EdgeBatch's targets, the sparse ET runs its last steps only where they still reach a
+    target (TargetedEdgeGraph); the targets' outputs and every parameter's gradient equal those of
+    the forward over every node, read at the targets, with training noise and on directed edges."""
+    from gtscale.models.et.sparse import TargetedEdgeGraph
+
+    model = _model(TINY_ET_SPARSE, node_vocab=[], node_float_dim=5, self_loops=True, num_steps=num_steps, noise_std=0.2, step_size=0.5).train()
+    with torch.no_grad():
+        for p in model.parameters():  # away from the initial values (γ = 1, δ = 0)
+            p.add_(0.1 * torch.randn_like(p))
+    batch = _random_graphs(num_steps, symmetric)
+    steps = model.step_graphs(model.structure(batch), batch.target_node)
+    assert isinstance(steps[-1], TargetedEdgeGraph) and steps[-1].reads.shape[0] < batch.num_nodes
+    weight = torch.randn(len(batch.target_node), model.node_dim)
+    outputs = []
+    for targets in (batch.target_node, None):
+        torch.manual_seed(1)  # the same noise
+        node = model(dataclasses.replace(batch, target_node=targets)).node
+        node = node if targets is not None else node[batch.target_node]
+        outputs.append((node, torch.autograd.grad((node * weight).sum(), list(model.parameters()))))
+    (alone, alone_grads), (whole, whole_grads) = outputs
+    torch.testing.assert_close(alone, whole, atol=1e-6, rtol=1e-6)
+    for name, a, w in zip(dict(model.named_parameters()), alone_grads, whole_grads):  # fp32 sums in other orders
+        assert (a - w).abs().max() <= 3e-6 * w.abs().max(), name
+
+
+def test_a_targeted_step_reads_the_nodes_within_two_hops():
+    """One step at A reads its neighbours' keys and, as a key itself, its neighbours' softmaxes over
+    their own neighbours: on a symmetric graph, exactly the nodes within two hops of the rows."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import shortest_path
+
+    from gtscale.models.et.sparse import TargetedEdgeGraph
+
+    model = _model(TINY_ET_SPARSE, node_vocab=[], node_float_dim=5, self_loops=True)
+    batch = _random_graphs(0, symmetric=True, edges=30)
+    rows = torch.unique(batch.target_node)
+    src, dst = batch.edge_index.numpy()
+    n = batch.num_nodes
+    hops = shortest_path(csr_matrix((np.ones(len(src)), (src, dst)), shape=(n, n)), indices=rows.numpy(), unweighted=True).min(0)
+    step = TargetedEdgeGraph(model.structure(batch), rows)
+    assert step.reads.tolist() == np.flatnonzero(hops <= 2).tolist() and 0 < (hops > 2).sum()
 
 
 def test_anomaly_loss_weights_anomalies_by_the_class_ratio():

@@ -38,8 +38,9 @@ def _grads(fn, *tensors):
 
 
 def _layouts():
-    """(name, x, weight): row-major, transposed, and the strided row slice that EGT's graph readout
-    hands its head (rows 19,456 apart for 2,048 columns), which once took a 700× slower path."""
+    """(name, x, weight): row-major, transposed, the strided row slice that EGT's graph readout
+    hands its head (rows 19,456 apart for 2,048 columns), which once took a 700× slower path, and
+    an input of fewer than 16 features."""
     torch.manual_seed(0)
     h = torch.randn(8, 12, 64)
     return [
@@ -48,6 +49,7 @@ def _layouts():
         ("transposed weight", torch.randn(37, 24), torch.randn(24, 40).t()),
         ("strided row slice", h[:, :3].reshape(8, -1), torch.randn(16, 3 * 64)),
         ("three dims", torch.randn(5, 7, 24), torch.randn(40, 24)),
+        ("narrow input", torch.randn(37, 10), torch.randn(32, 10)),  # its weight gradient is taken as (xᵀ g)ᵀ
     ]
 
 

@@ -47,6 +47,29 @@ def test_gradients(chunk):
     assert torch.autograd.gradcheck(lambda a, b: edge_sum(a, b, dst, src, n, layouts and layouts.transposed()), (w, k))
 
 
+def test_one_operand_for_every_head_equals_it_repeated_per_head(chunk):
+    """k of edge_dot and v of edge_sum may be [N, d], read by every head (the sparse ET's targeted
+    step dots g itself): values and gradients as for the [N, H, d] tensor of H copies, also where
+    the sources and destinations are different node sets (layouts of num_nodes → num_dst)."""
+    src, dst, n = _graph()
+    rows = 4  # destinations: 0..3
+    dst = dst % rows
+    layouts = chunk(src, dst, n)
+    if layouts is not None:
+        layouts = edge_layouts(src, dst, n, torch.float64, num_dst=rows)
+    q = torch.randn(rows, 2, 3, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(n, 3, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(len(src), 2, dtype=torch.float64, requires_grad=True)
+    for first, shared, repeated in [
+        (q, lambda a, b: edge_dot(a, b, src, dst, layouts), lambda a, b: edge_dot(a, b[:, None].expand(-1, 2, -1), src, dst)),
+        (w, lambda a, b: edge_sum(a, b, src, dst, rows, layouts), lambda a, b: edge_sum(a, b[:, None].expand(-1, 2, -1), src, dst, rows)),
+    ]:
+        torch.testing.assert_close(shared(first, k), repeated(first, k))
+        grads = torch.autograd.grad((shared(first, k) ** 2).sum(), (first, k))
+        torch.testing.assert_close(grads, torch.autograd.grad((repeated(first, k) ** 2).sum(), (first, k)))
+        assert torch.autograd.gradcheck(shared, (first, k))
+
+
 def test_segment_softmax_sums_to_one_and_skips_empty_segments():
     src, dst, n = _graph()
     s = torch.randn(len(src), 2)

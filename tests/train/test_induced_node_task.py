@@ -89,6 +89,10 @@ def test_graph_config_resolves_and_refuses(store, ego_shards, tmp_path, splits):
     assert "(sampler fanout) gives edge lists" in refusal(path, "data.graph.sampler=fanout", "model=egt-small", "model_overrides={}")
     assert "data.graph.inference: full needs a model that attends along edges" in refusal(
         path, "data.graph.inference=full", "model=mnagt-small", "model_overrides={node_vocab: []}")
+    assert "eval.inference: full needs a model that attends along edges" in refusal(
+        path, "eval.inference=full", "model=mnagt-small", "model_overrides={node_vocab: []}")
+    assert "eval.inference: 'every' is not one of" in refusal(path, "eval.inference=every")
+    assert "eval.inference: must be sampled without data.graph" in refusal(path, "data.graph=null", f"data.shards={ego_shards[1]}", "eval.inference=full")
     assert "or data.graph.sampler: ego" in refusal(path, "model=egt-small", "model_overrides={}")
     assert "not a finished graph store" in refusal(path, f"data.graph.store={tmp_path}")
 

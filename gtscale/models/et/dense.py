@@ -67,6 +67,11 @@ class DenseGraph:
     def mask_tokens(self, x: torch.Tensor) -> torch.Tensor:
         return x * self.token_mask[..., None].to(x.dtype)
 
+    rows = None  # every token is updated
+
+    def rows_of(self, x: torch.Tensor) -> torch.Tensor:
+        return x  # every token is updated
+
     def attention(self, q: torch.Tensor, k: torch.Tensor, beta: torch.Tensor, energy: bool):
         """(Σ_B p Â K_B [B, M, H, Y], Σ_C p Â Q_C [B, M, H, Y], E^ATT or None)."""
         qh, kh = q.transpose(1, 2), k.transpose(1, 2)  # [B, H, M, Y]

@@ -82,7 +82,7 @@ class LayerwiseET:
         self.num_steps, self.width = model.cfg.num_steps, model.cfg.width
         self.self_loops = model.cfg.self_loops
         block = self.block
-        self.pair = torch.einsum("hyi,hyj->hij", block.wq, block.wk).float()  # M_h [H, D, D]
+        self.pair = block.pairs().float()  # M_h [H, D, D]
         self.beta = block.beta[0].float()
 
     @property
