@@ -10,8 +10,9 @@ whose reading of molecules and exports it shares.
   its reason: the CSV's `reason` column (its values empty), a row of NaN in the .npy.
 - A shard folder gives every record of the chosen splits (--splits, default all with records),
   split by split, in idx order, read by the loader as evaluation reads them.
-- EXPORT is a model export, or a kernel SVR export (its backbone's representation); an ECFP + SVR
-  export has none.
+- EXPORT is a model export, or a kernel SVR (SVC) export (its backbone's representation); an ECFP
+  + SVR (SVC) export has none, and an export of several (ensemble.json, targets.json) names the
+  ones to choose from.
 - Written whole or not at all. .csv: the input's columns (a shard folder: split, idx), then z_0 …
   z_{d-1}, then reason. .npy: float32 [rows, d] written without pickle, beside <out>.json (the
   export, the input, each row's reason where it has one, a shard folder's split and idx of each
@@ -62,7 +63,7 @@ def fingerprint(export: str, input: str, out: str, *, smiles_column: str = "smil
     if target.suffix.lower() not in (".csv", ".npy"):
         raise UserError(f"--out {out}: name a .csv or an .npy file")
     claim(target, [source, Path(export)], overwrite)
-    model = representation_export(load_member(Path(export)))
+    model = representation_export(load_member(one_export(Path(export))))
     if max_nodes is not None:
         model = with_max_nodes(model, max_nodes)
     if source.is_dir():
@@ -91,12 +92,23 @@ def fingerprint(export: str, input: str, out: str, *, smiles_column: str = "smil
     return target, reasons
 
 
+def one_export(path: Path) -> Path:
+    """`path`, unless it is an export of several (`gtscale fit`'s DIR/export and DIR/members/*), whose
+    members may read different representations or none: a UserError asking for one of them."""
+    from gtscale.models.export import ENSEMBLE_FILE, TARGETS_FILE
+
+    for record in (ENSEMBLE_FILE, TARGETS_FILE):
+        if (path / record).is_file():
+            raise UserError(f"{path}: an export of several ({record}); name one of the export folders it lists, a model or kernel SVR export")
+    return path
+
+
 def representation_export(export) -> LoadedExport:
     """The model whose representation is written: the export's, or a kernel SVR export's backbone."""
     if isinstance(export, KernelMember):
         return export.backbone
     if isinstance(export, FingerprintMember):
-        raise UserError(f"{export.path}: an ECFP + SVR export has no graph representation; name a model export (or a kernel SVR export: its backbone's)")
+        raise UserError(f"{export.path}: an ECFP + SVR (SVC) export has no graph representation; name a model export (or a kernel SVR export: its backbone's)")
     return export
 
 

@@ -22,7 +22,8 @@ by inference.py, and the SVR exports of experiments/), ensembled by experiments/
   kernel`). The SVRs read SMILES: from a shard folder, the SMILES each record keeps. Members are
   matched by task (as many targets, of the same kind), not by their targets' names: the first
   member names the columns. An ensemble export (`gtscale fit`'s DIR/export: ensemble.json and its
-  member folders) brings its members and their weights.
+  member folders) brings its members and their weights; an export of several targets (`gtscale
+  fit --target-columns a b`'s: targets.json) is one member with a column per target.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ kernel SVR of `gtscale baseline kernel` reads, from a CSV or a shard folder, wri
 file fingerprint wrote."""
 
 import json
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -105,8 +106,12 @@ def test_only_a_file_fingerprint_wrote_is_replaced(exports, molecules, tmp_path,
 
 
 def test_what_fingerprint_cannot_do_is_one_line(exports, molecules, tmp_path, capsys):
+    several = tmp_path / "fit-export"  # `gtscale fit`'s DIR/export: an ensemble.json over member folders
+    shutil.copytree(exports[1], several / "kernel")
+    (several / "ensemble.json").write_text(json.dumps({"format": "gtscale-ensemble", "members": ["kernel"], "weights": [1.0]}))
     cases = [
-        ([str(svr_export(tmp_path / "svr")), "--out", str(tmp_path / "z.npy")], "an ECFP + SVR export has no graph representation"),
+        ([str(svr_export(tmp_path / "svr")), "--out", str(tmp_path / "z.npy")], "an ECFP + SVR (SVC) export has no graph representation"),
+        ([str(several), "--out", str(tmp_path / "z.npy")], "an export of several (ensemble.json); name one of the export folders it lists"),
         ([str(exports[0]), "--out", str(tmp_path / "z.parquet")], "name a .csv or an .npy file"),
         ([str(exports[0]), "--out", str(tmp_path / "z.csv"), "--smiles-column", "smi"], "smi"),
     ]

@@ -169,7 +169,7 @@ def test_import_checkpoint_into_a_foreign_folder(tmp_path, capsys):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "notes.txt").write_text("mine")
     refused(capsys, ["import-checkpoint", "--format", "egt", str(tmp_path / "ckpt.pt"), str(tmp_path / "out")], tmp_path,
-            "OUT holds files gtscale did not write (notes.txt; no gtscale export.json or ensemble.json)")
+            "OUT holds files gtscale did not write (notes.txt; no gtscale export.json or ensemble.json or targets.json)")
 
 
 def test_write_export_replaces_only_an_export(tmp_path):

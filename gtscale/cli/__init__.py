@@ -28,7 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plot": ("gtscale.cli.plot", "loss, metric and learning-rate curves of a run to PNG"),
     "graph": ("gtscale.cli.graph", "huge graphs: `graph build {dgl,mat,plain,synthetic}` an on-disk CSR store, `graph info`"),
     "evaluate": ("gtscale.cli.evaluate", "score a split (default test) with a run's best-validation checkpoint"),
-    "fit": ("gtscale.cli.fit", "a CSV of molecules and a property → members fitted, the best chosen on train + valid, tested, exported for predict"),
+    "fit": ("gtscale.cli.fit", "a CSV of molecules and properties (numbers or 0/1 labels) → members fitted, the best chosen on train + valid, tested, exported for predict"),
     "predict": ("gtscale.cli.predict", "predictions of one export (or an ensemble's mean and std) for a CSV of SMILES or a shard folder"),
     "fingerprint": ("gtscale.cli.fingerprint", "an export's pooled graph representation of each molecule of a CSV or a shard folder, to .npy or .csv"),
     "sweep": ("gtscale.cli.sweep", "one run per seed, test metrics at the best checkpoint as mean ± std; --compare sweeps in one table"),

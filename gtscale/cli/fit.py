@@ -1,20 +1,26 @@
-"""`gtscale fit DATA.csv [VALID.csv TEST.csv] --target-column y --out DIR`: a CSV of molecules and a
-measured property to a tested ensemble export that `gtscale predict DIR/export` reads (fit.py)."""
+"""`gtscale fit DATA.csv [VALID.csv TEST.csv] --target-columns y [z …] --out DIR`: a CSV of molecules
+and measured properties (numbers or 0/1 labels) to a tested export that `gtscale predict DIR/export`
+reads (fit/)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from gtscale.fit import DEFAULT_BACKBONE, DEFAULT_RECIPE, RECIPES, fit
+from gtscale.fit import DEFAULT_BACKBONE, DEFAULT_RECIPE, RECIPES, TASKS, fit
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("inputs", nargs="+", metavar="CSV",
                         help="one CSV (split by --split) or three: train, valid and test (.csv/.smi, optionally compressed)")
-    parser.add_argument("--out", required=True, help="folder for export/, members/, report.md, report.json, parity.png, test-predictions.csv")
+    parser.add_argument("--out", required=True,
+                        help="folder for export/, members/, report.md, report.json, parity.png (roc.png), test-predictions.csv")
     parser.add_argument("--smiles-column", default="smiles", help="SMILES column (default smiles)")
-    parser.add_argument("--target-column", "--target-columns", dest="target_column", required=True, help="the measured property to fit (a numeric column)")
+    parser.add_argument("--target-columns", "--target-column", dest="target_columns", nargs="+", required=True, metavar="COLUMN",
+                        help="the measured properties to fit (numbers, or 0/1 labels; a blank cell: no label for that column): "
+                        "`a b c` or, as gtscale shard takes them, `a,b,c`")
+    parser.add_argument("--task", choices=["auto", *TASKS], default="auto",
+                        help="auto (default): classification when every target column holds only 0 and 1, else regression")
     parser.add_argument("--split", default="random",
                         help="one CSV: random (seeded 80/10/10), scaffold (Bemis-Murcko, balanced) or column:NAME "
                         "(a column naming each row's split: train, valid, test); default random")
@@ -30,9 +36,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress output")
 
 
+def columns(given: list[str]) -> tuple[str, ...]:
+    """--target-columns as named, each value split at its commas."""
+    return tuple(name for value in given for name in value.split(",") if name)
+
+
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
-    report = fit([Path(p) for p in args.inputs], out, smiles_column=args.smiles_column, target_column=args.target_column,
+    report = fit([Path(p) for p in args.inputs], out, smiles_column=args.smiles_column, target_columns=columns(args.target_columns), task=args.task,
                  split=args.split, seed=args.seed, recipe=args.recipe, init_from=args.init_from, seeds=tuple(args.seeds),
                  finetune_overrides=tuple(args.finetune_overrides), progress=not args.no_progress)
     print((out / "report.md").read_text(), end="")

@@ -8,8 +8,8 @@ an SVC on the same kernel scored by ROC-AUC.
 
 Writes DIR/sweep.json and DIR/sweep.md (one row, "chosen" records w, C, γ, the selection and the
 chosen candidate's mean fold score), the test predictions as DIR/kernel-<split>.npz
-(ecfp.save_predictions' layout) and, for a regression task, DIR/export, the SVR with its
-backbone as one export that `gtscale predict` reads.
+(ecfp.save_predictions' layout; an SVC's are logits) and DIR/export, the SVR (SVC) with its
+backbone as one export that `gtscale predict` reads (an SVC's predicts probabilities).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from gtscale.errors import UserError
-from gtscale.experiments.ecfp import FOLDS, SVR_EXPORT_NAME, ecfp, save_predictions, selection
-from gtscale.experiments.kernel_svr import KERNEL_EXPORT_NAME, fit_kernel_svr, write_kernel_export
+from gtscale.experiments.ecfp import FOLDS, ecfp, save_predictions, selection
+from gtscale.experiments.kernel_svr import fit_kernel_svr, write_kernel_export
 
 PREDICTIONS = "kernel-{split}.npz"
 LABEL = "ECFP4 + gtscale representation, kernel SVR"
@@ -30,10 +30,10 @@ def run_kernel_baseline(shards: Path, backbone: Path, out: Path, split: str = "t
     from gtscale.experiments.baseline_set import read_baseline_set
     from gtscale.experiments.sweep import summarize, write_sweep
     from gtscale.inference import check_record, graph_representation, load_model_export
-    from gtscale.models.export import read_export
+    from gtscale.models.export import is_model, read_export
 
     saved = read_export(backbone)  # read once: its tensors go into the model here and into the kernel's export below
-    if saved.config.get("name") in (SVR_EXPORT_NAME, KERNEL_EXPORT_NAME):
+    if not is_model(saved.config):
         raise UserError(f"--backbone {backbone}: an SVR export has no graph representation; name a gtscale model export")
     check_record(saved.meta, saved.folder)
     export = load_model_export(saved.folder, saved.config, saved.state, saved.meta)
@@ -48,8 +48,7 @@ def run_kernel_baseline(shards: Path, backbone: Path, out: Path, split: str = "t
     svr = fit_kernel_svr(bits, z, y, classifier=data.classification)
     pred = svr.predict(bits["test"], z["test"])
     save_predictions(out / PREDICTIONS.format(split=split), data.splits["test"].idx, pred, y["test"])
-    if not data.classification:  # predict reads an export's values as the task's: an SVC's decision values are no probabilities
-        write_kernel_export(out / "export", svr, saved, data.export_manifest())
+    write_kernel_export(out / "export", svr, saved, data.export_manifest())
     score = {"cv_rocauc": svr.cv_rocauc} if data.classification else {"cv_rmse": svr.cv_rmse}
     chosen = {"C": svr.C, "weight": svr.weight, "gamma": svr.gamma, "selection": selection(data.classification), **score}
     runs = [{"seed": 0, "chosen": chosen, "metrics": data.metrics(pred)}]

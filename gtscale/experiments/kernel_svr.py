@@ -11,10 +11,11 @@ dimension with the fitted molecules' mean and std; γ = 1 / the median squared d
 the set, so a set of a few hundred molecules fits only the SVR's dual coefficients. w (0 is the
 plain ECFP4 SVR) and C are chosen together the way the ECFP baseline chooses C (ecfp.selection:
 5-fold cross-validation over train ∪ valid, then one fit on all of them: the fitted molecules
-above). On a classification task the same kernel feeds an SVC (its decision function), chosen
-by ROC-AUC.
+above). On a classification task the same kernel feeds an SVC, chosen by ROC-AUC, with Platt's
+sigmoid fitted on its out-of-fold decision values (ecfp.calibrate): its logits become probabilities.
 
-The export (model.yaml `name: kernel-svr`) carries the backbone it reads: model.pt holds the
+The export (model.yaml `name: kernel-svr`; a calibrated SVC's `kernel-svc`, with tensor `platt` and
+task loss bce, as ecfp.write_svr_export) carries the backbone it reads: model.pt holds the
 backbone export's tensors under `backbone.` beside the SVR's (support bits packed, standardised
 support representations, dual coefficients, intercept, the statistics that standardise z), model.yaml the
 backbone's config under `backbone`, export.json the backbone's task and shards record (how its
@@ -31,12 +32,13 @@ import numpy as np
 
 from gtscale.config import ranged
 from gtscale.errors import UserError
-from gtscale.experiments.ecfp import BITS, RADIUS, fold_predictions, pooled, read_svr_config, search_c, tanimoto
+from gtscale.experiments.ecfp import (BITS, EXPORT_TASKS, RADIUS, calibrate, fold_predictions, platt_logit, platt_tensor, pooled, read_platt,
+                                      read_svr_config, search_c, tanimoto)
 
 #: The weights of the representation kernel tried (with every C of the ECFP baseline).
 WEIGHTS = (0.0, 0.25, 0.5, 1.0, 2.0)
-#: What names a kernel SVR export (model.yaml `name`).
-KERNEL_EXPORT_NAME = "kernel-svr"
+#: What names a kernel SVR export and a calibrated kernel SVC's (model.yaml `name`).
+KERNEL_EXPORT_NAME, KERNEL_SVC_EXPORT_NAME = "kernel-svr", "kernel-svc"
 SVR_TENSORS = ("support", "z", "coef", "intercept", "z_mean", "z_std")
 
 
@@ -64,16 +66,19 @@ class KernelSVR:
     gamma: float  # γ
     z_mean: np.ndarray  # [d] statistics of the fitted molecules that standardise z
     z_std: np.ndarray
+    platt: tuple[float, float] | None = None  # a calibrated SVC's sigmoid (A, B) (ecfp.platt_logit); None for an SVR
     cv_rmse: float = float("nan")  # the chosen (w, C)'s mean RMSE over the cross-validation folds (fitting only; not exported)
     cv_rocauc: float = float("nan")  # a classifier's: the chosen (w, C)'s mean ROC-AUC over the folds (fitting only; not exported)
-    cv_predictions: np.ndarray | None = None  # [train + valid] out-of-fold predictions with that (w, C) (out_of_fold=True)
+    # [train + valid] out-of-fold outputs with that (w, C) (out_of_fold=True): an SVR's values, a calibrated SVC's probabilities
+    cv_predictions: np.ndarray | None = None
 
     def kernel(self, bits: np.ndarray, z: np.ndarray) -> np.ndarray:
         """[n, m] kernel of molecules (bits, raw representation z) with the support molecules."""
         return combined(bits, (z - self.z_mean) / self.z_std, self.bits, self.z, self.weight, self.gamma)
 
     def predict(self, bits: np.ndarray, z: np.ndarray) -> np.ndarray:
-        return self.kernel(bits, z) @ self.coef + self.intercept
+        """An SVR's values, a calibrated SVC's logits."""
+        return platt_logit(self.kernel(bits, z) @ self.coef + self.intercept, self.platt)
 
 
 def combined(bits_a, z_a, bits_b, z_b, weight: float, gamma: float) -> np.ndarray:
@@ -81,10 +86,10 @@ def combined(bits_a, z_a, bits_b, z_b, weight: float, gamma: float) -> np.ndarra
 
 
 def fit_kernel_svr(bits: dict, z: dict, y: dict, out_of_fold: bool = False, classifier: bool = False) -> KernelSVR:
-    """The SVR (`classifier`: SVC) on train ∪ valid, (w, C) chosen by cross-validation like the ECFP
-    SVR's C (ecfp.selection; ties: the first of WEIGHTS × SVR_C); z standardised and γ set on the
-    same molecules. With `out_of_fold`, also each molecule's prediction by the chosen (w, C) fitted
-    on the other folds."""
+    """The SVR (`classifier`: SVC with Platt's sigmoid, ecfp.calibrate) on train ∪ valid, (w, C)
+    chosen by cross-validation like the ECFP SVR's C (ecfp.selection; ties: the first of WEIGHTS ×
+    SVR_C); z standardised and γ set on the same molecules. With `out_of_fold`, also each molecule's
+    output (a classifier's: probability) by the chosen (w, C) fitted on the other folds."""
     bits, z, y = pooled(bits), pooled(z), pooled(y)
     mean, std = z.mean(0), z.std(0) + 1e-6
     zs = (z - mean) / std
@@ -93,10 +98,11 @@ def fit_kernel_svr(bits: dict, z: dict, y: dict, out_of_fold: bool = False, clas
     tani, near = tanimoto(bits, bits), np.exp(-gamma * sq)
     searches = [(weight, search_c((tani + weight * near) / (1.0 + weight), y, classifier)) for weight in WEIGHTS]
     weight, search = max(searches, key=lambda ws: ws[1].best_score_)  # max keeps the first of equals
-    svr = search.best_estimator_
-    folds = fold_predictions(search, (tani + weight * near) / (1.0 + weight), y) if out_of_fold else None
+    kernel = (tani + weight * near) / (1.0 + weight)
+    svr, platt = calibrate(search, kernel, y) if classifier else (search.best_estimator_, None)
+    folds = fold_predictions(search, kernel, y, platt) if out_of_fold else None
     return KernelSVR(bits[svr.support_], zs[svr.support_], svr.dual_coef_[0].astype(np.float64), float(svr.intercept_[0]),
-                     float(search.best_params_["C"]), weight, gamma, mean, std, cv_predictions=folds,
+                     float(search.best_params_["C"]), weight, gamma, mean, std, platt, cv_predictions=folds,
                      **({"cv_rocauc": float(search.best_score_)} if classifier else {"cv_rmse": -float(search.best_score_)}))
 
 
@@ -108,10 +114,11 @@ def write_kernel_export(out: Path, svr: KernelSVR, backbone, manifest: dict) -> 
 
     state = {"support": torch.from_numpy(np.packbits(svr.bits, axis=1)), "z": torch.from_numpy(svr.z), "coef": torch.from_numpy(svr.coef),
              "intercept": torch.tensor([svr.intercept]), "z_mean": torch.from_numpy(svr.z_mean), "z_std": torch.from_numpy(svr.z_std),
-             **{f"backbone.{k}": v for k, v in backbone.state.items()}}
-    config = {"name": KERNEL_EXPORT_NAME, "radius": RADIUS, "bits": BITS, "C": svr.C, "weight": svr.weight, "gamma": svr.gamma,
-              "backbone": backbone.config}
-    meta = {"source": "gtscale baseline kernel", "task": {"loss": "mse", "metric": "rmse", "evaluator": "regression"},
+             **platt_tensor(svr.platt), **{f"backbone.{k}": v for k, v in backbone.state.items()}}
+    classifier = svr.platt is not None
+    config = {"name": KERNEL_SVC_EXPORT_NAME if classifier else KERNEL_EXPORT_NAME, "radius": RADIUS, "bits": BITS, "C": svr.C,
+              "weight": svr.weight, "gamma": svr.gamma, "backbone": backbone.config}
+    meta = {"source": "gtscale baseline kernel", "task": EXPORT_TASKS[classifier],
             "shards": {k: manifest[k] for k in ("dataset", "task") if k in manifest},
             "backbone": {k: backbone.meta[k] for k in ("task", "shards") if k in backbone.meta}}
     return write_export(out, state, config, meta)
@@ -119,10 +126,10 @@ def write_kernel_export(out: Path, svr: KernelSVR, backbone, manifest: dict) -> 
 
 @dataclass
 class KernelExportConfig:
-    """model.yaml of a kernel SVR export (write_kernel_export); its backbone config is checked
+    """model.yaml of a kernel SVR (SVC) export (write_kernel_export); its backbone config is checked
     with every export's model config (models/export.check_export)."""
 
-    name: Literal["kernel-svr"]
+    name: Literal["kernel-svr", "kernel-svc"]
     radius: int  # of the Morgan fingerprints: ecfp.RADIUS
     bits: int  # ecfp.BITS
     backbone: dict
@@ -138,6 +145,7 @@ def read_kernel_export(config: dict, state: dict, where: str) -> tuple[KernelSVR
     import torch
 
     typed = read_svr_config(KernelExportConfig, config, where)
+    platt = read_platt(state, typed.name == KERNEL_SVC_EXPORT_NAME, where)
     missing = [k for k in SVR_TENSORS if k not in state]
     if missing:
         raise UserError(f"{where}: lacks tensor(s) {', '.join(missing)} of a kernel SVR export ({', '.join(SVR_TENSORS)})")
@@ -149,5 +157,5 @@ def read_kernel_export(config: dict, state: dict, where: str) -> tuple[KernelSVR
     if not (state["z_std"] > 0).all():
         raise UserError(f"{where}: tensor z_std must be positive (it divides each representation dimension)")
     svr = KernelSVR(np.unpackbits(support.numpy(), axis=1), z.double().numpy(), coef.double().numpy(), float(state["intercept"].double()),
-                    typed.C, typed.weight, typed.gamma, state["z_mean"].double().numpy(), state["z_std"].double().numpy())
+                    typed.C, typed.weight, typed.gamma, state["z_mean"].double().numpy(), state["z_std"].double().numpy(), platt)
     return svr, {k[len("backbone."):]: v for k, v in state.items() if k.startswith("backbone.")}

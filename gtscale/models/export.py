@@ -2,7 +2,8 @@
 
 `gtscale export` (a run's checkpoint), `gtscale import-checkpoint` (an authors' checkpoint),
 `gtscale baseline ecfp` and `gtscale baseline kernel` (their SVRs, `name: ecfp-svr` and
-`kernel-svr`, which only `gtscale predict` reads) write it with `write_export`; init_from,
+`kernel-svr`, and on a binary task their calibrated SVCs, `ecfp-svc` and `kernel-svc`, which only
+`gtscale predict` reads) write it with `write_export`; init_from,
 `gtscale evaluate` and anything that predicts read it with `read_export` / `read_weights` /
 `load_exported`. The folder holds
 
@@ -51,8 +52,12 @@ META_FILE = "export.json"
 FILES = (MODEL_FILE, CONFIG_FILE, META_FILE)
 #: An ensemble export (`gtscale fit`'s DIR/export): this file lists the member export folders beside it and their weights.
 ENSEMBLE_FILE, ENSEMBLE_FORMAT = "ensemble.json", "gtscale-ensemble"
-#: What marks a folder as an export gtscale wrote (both writers record the parameter count; an ensemble its format).
-EXPORT_MARKERS = {META_FILE: lambda meta: "parameters" in meta, ENSEMBLE_FILE: lambda record: record.get("format") == ENSEMBLE_FORMAT}
+#: An export of several targets (`gtscale fit --target-columns a b`'s DIR/export): this file lists the
+#: targets and, for each, the folder beside it that predicts it (an export of one target: members.load_members).
+TARGETS_FILE, TARGETS_FORMAT = "targets.json", "gtscale-targets"
+#: What marks a folder as an export gtscale wrote (both writers record the parameter count; an ensemble or targets record its format).
+EXPORT_MARKERS = {META_FILE: lambda meta: "parameters" in meta, ENSEMBLE_FILE: lambda record: record.get("format") == ENSEMBLE_FORMAT,
+                  TARGETS_FILE: lambda record: record.get("format") == TARGETS_FORMAT}
 
 
 def claim_export_dir(out: str | os.PathLike, option: str = "--out") -> Path:

@@ -91,7 +91,9 @@ def code_version() -> str:
 
 
 def fingerprint(table: MoleculeTable, options: ShardOptions, source_checksums: dict[str, str]) -> str:
-    """Identifies what a run produces: a shard made under another fingerprint is redone, not kept."""
+    """Identifies what a run produces: a shard made under another fingerprint is redone, not kept.
+    The table's content counts beside its sources': the same file read with other target, SMILES
+    or id columns, another task type or split makes other records."""
     blob = json.dumps(
         # Sources by content: parts started with different spellings of --root still agree.
         {
@@ -100,10 +102,23 @@ def fingerprint(table: MoleculeTable, options: ShardOptions, source_checksums: d
             "dataset": table.name,
             "options": asdict(options),
             "sources": sorted(source_checksums.values()),
+            "table": table_digest(table),
         },
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def table_digest(table: MoleculeTable) -> str:
+    """sha256 of what of a table becomes records: SMILES, idx, names, targets (their columns' names
+    and task type) and splits."""
+    digest = hashlib.sha256(json.dumps([table.target_names, table.task_type, table.names]).encode())
+    digest.update("\n".join(table.smiles).encode())
+    for array in (table.idx.astype(np.int64), np.ascontiguousarray(table.targets, np.float32)):
+        digest.update(array.tobytes())
+    for split in sorted(table.splits):
+        digest.update(split.encode() + np.asarray(table.splits[split], np.int64).tobytes())
+    return digest.hexdigest()
 
 
 def featurize_rows(smiles: list[str], idx: np.ndarray, targets: np.ndarray, names: list[str | None] | None,

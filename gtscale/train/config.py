@@ -101,7 +101,9 @@ class TaskConfig:
     metric: Literal["mae", "rmse", "rocauc", "ap", "auroc", "auprc", "macro_f1", "rec_at_k"] = "mae"
     # pcqm4mv2 (OGB-LSC's evaluator, one target; reports mae, and rmse from the same predictions),
     # regression (any number of targets: mae and rmse of each target over its labelled rows, averaged
-    # over targets; e.g. descriptor pretraining, MoleculeACE) or an ogbg dataset name whose target count matches the shards' (ogbg-molhiv: rocauc, ogbg-molpcba: ap,
+    # over targets; e.g. descriptor pretraining, MoleculeACE), binary (any number of 0/1 targets:
+    # rocauc and ap of each target over its labelled rows, averaged over the targets with both
+    # classes; e.g. `gtscale fit`'s classifiers) or an ogbg dataset name whose target count matches the shards' (ogbg-molhiv: rocauc, ogbg-molpcba: ap,
     # ogbg-molesol / -molfreesolv / -mollipo: rmse), or node-anomaly (node shards of
     # `gtscale shard graph-ego`: AUROC, AUPRC, Macro-F1, Rec@K of the eval split's target nodes)
     evaluator: str = "pcqm4mv2"

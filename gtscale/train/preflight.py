@@ -115,13 +115,15 @@ def check_task(task: TaskConfig, num_targets: int, manifest: Path | str = "the s
         reported, tasks = {"mae", "rmse"}, 1
     elif task.evaluator == "regression":
         reported, tasks = {"mae", "rmse"}, num_targets
+    elif task.evaluator == "binary":
+        reported, tasks = {"rocauc", "ap"}, num_targets
     else:
         from ogb.graphproppred import Evaluator
 
         try:
             evaluator = Evaluator(task.evaluator)
         except (KeyError, ValueError):
-            raise UserError(f"task.evaluator: {task.evaluator!r} is neither pcqm4mv2, regression nor an OGB graph property dataset (ogbg-molhiv, ogbg-molpcba, …)") from None
+            raise UserError(f"task.evaluator: {task.evaluator!r} is neither pcqm4mv2, regression, binary nor an OGB graph property dataset (ogbg-molhiv, …)") from None
         reported, tasks = {evaluator.eval_metric}, evaluator.num_tasks
     if num_targets != tasks:
         raise UserError(f"task.evaluator: {task.evaluator!r} scores {tasks} target(s) but {manifest} has {num_targets}; choose an evaluator for {num_targets} target(s)")

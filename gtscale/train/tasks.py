@@ -9,7 +9,8 @@ split's batches into rows, on every rank of the trainer and in the single proces
 
 Graph tasks. Targets arrive as Batch.y with y_mask (False where unlabelled: MolPCBA's missing
 labels, hidden test labels); losses average over labelled entries only. Metrics come from OGB's
-own evaluators.
+own evaluators, or for any number of targets from the same rules over each target's labelled rows
+(evaluators regression and binary).
 """
 
 from __future__ import annotations
@@ -179,12 +180,28 @@ def multitarget_regression(y_pred: np.ndarray, y_true: np.ndarray) -> dict[str, 
     return {"mae": float(np.mean(maes)), "rmse": float(np.mean(rmses))} if maes else {}
 
 
+def multitarget_binary(y_pred: np.ndarray, y_true: np.ndarray) -> dict[str, float]:
+    """ROC-AUC and AP of each binary target over its labelled rows (scikit-learn), averaged over the
+    targets whose labelled rows hold both classes (OGB's rule for ogbg-molhiv and -molpcba, for any
+    number of targets); nothing when no target does."""
+    from sklearn.metrics import average_precision_score, roc_auc_score
+
+    rocs, aps = [], []
+    for t in range(y_true.shape[1]):
+        labelled = ~np.isnan(y_true[:, t])
+        if len(np.unique(y_true[labelled, t])) == 2:
+            rocs.append(roc_auc_score(y_true[labelled, t], y_pred[labelled, t]))
+            aps.append(average_precision_score(y_true[labelled, t], y_pred[labelled, t]))
+    return {"rocauc": float(np.mean(rocs)), "ap": float(np.mean(aps))} if rocs else {}
+
+
 def evaluate(y_pred: np.ndarray, y_true: np.ndarray, task: TaskConfig) -> dict[str, float]:
     """{metric: value} from OGB's evaluator on gathered predictions [n, T] and targets (NaN = unlabelled).
 
     pcqm4mv2 scores one target (preflight.check_task refuses more): OGB's PCQM4Mv2Evaluator gives the
     MAE, scikit-learn the RMSE of the same labelled rows. An ogbg evaluator scores every column
-    (ogbg-molesol, -molfreesolv, -mollipo report rmse; ogbg-molhiv rocauc; ogbg-molpcba ap)."""
+    (ogbg-molesol, -molfreesolv, -mollipo report rmse; ogbg-molhiv rocauc; ogbg-molpcba ap);
+    regression and binary score any number of targets (multitarget_regression, multitarget_binary)."""
     if task.evaluator == "pcqm4mv2":
         from ogb.lsc import PCQM4Mv2Evaluator
         from sklearn.metrics import root_mean_squared_error
@@ -199,6 +216,8 @@ def evaluate(y_pred: np.ndarray, y_true: np.ndarray, task: TaskConfig) -> dict[s
         return {"mae": float(result["mae"]), "rmse": float(root_mean_squared_error(true, pred))}
     if task.evaluator == "regression":
         return multitarget_regression(y_pred, y_true)
+    if task.evaluator == "binary":
+        return multitarget_binary(y_pred, y_true)
     from ogb.graphproppred import Evaluator
 
     try:

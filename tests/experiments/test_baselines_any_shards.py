@@ -2,7 +2,7 @@
 shard smiles-csv`: the molecules come back from the shards' records, split as the shards hold them
 (a row the sharder rejected and a row without a label are in no split), C is chosen by
 cross-validation on train and valid alone, and a 0/1 classification target gets an SVC scored by
-ROC-AUC."""
+ROC-AUC, calibrated by Platt's sigmoid, whose export predicts scikit-learn's probabilities."""
 
 import json
 from pathlib import Path
@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from sklearn.calibration import CalibratedClassifierCV
 from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import GridSearchCV, StratifiedKFold
 from sklearn.svm import SVC
@@ -99,7 +100,7 @@ def test_the_kernel_baseline_fits_a_smiles_csv_shard_folder(user_csv, regression
     assert (out / "export" / "model.pt").is_file()
 
 
-def test_a_binary_target_gets_an_svc_scored_by_roc_auc(user_csv, classification_shards, tmp_path):
+def test_a_binary_target_gets_an_svc_scored_by_roc_auc(user_csv, classification_shards, tmp_path, capsys):
     frame = user_csv[1]
     out = tmp_path / "svc"
     assert main(["baseline", "ecfp", str(classification_shards), "--out", str(out), "--seeds", "0", "--trees", "10"]) == 0
@@ -109,16 +110,23 @@ def test_a_binary_target_gets_an_svc_scored_by_roc_auc(user_csv, classification_
     saved = np.load(out / "svr-test.npz")
     assert svc_row["summary"]["rocauc"]["mean"] == pytest.approx(roc_auc_score(saved["y_true"][:, 0], saved["y_pred"][:, 0]))
     assert 0.5 < svc_row["summary"]["rocauc"]["mean"] <= 1.0 and 0.5 < rf_row["summary"]["rocauc"]["mean"] <= 1.0
-    # scikit-learn's SVC, C by stratified 5-fold ROC-AUC on train ∪ valid: the same decision values
+    # scikit-learn's SVC, C by stratified 5-fold ROC-AUC on train ∪ valid, calibrated by Platt's sigmoid
+    # on the same folds: the logits of its probabilities, which the export predicts
     pool = np.concatenate([rows_of(frame, "train", "active"), rows_of(frame, "valid", "active")])
     bits, labels = ecfp(frame["smiles"][pool].tolist()), frame["active"][pool].to_numpy()
     folds = StratifiedKFold(5, shuffle=True, random_state=0)
     search = GridSearchCV(SVC(kernel="precomputed"), {"C": list(SVR_C)}, cv=folds, scoring="roc_auc").fit(tanimoto(bits, bits), labels)
+    calibrated = CalibratedClassifierCV(SVC(kernel="precomputed", C=search.best_params_["C"]), method="sigmoid", cv=folds,
+                                        ensemble=False).fit(tanimoto(bits, bits), labels)
     test = rows_of(frame, "test", "active")
-    expected = search.best_estimator_.decision_function(tanimoto(ecfp(frame["smiles"][test].tolist()), bits))
-    np.testing.assert_allclose(saved["y_pred"][:, 0], expected, rtol=1e-9, atol=1e-9)
+    expected = calibrated.predict_proba(tanimoto(ecfp(frame["smiles"][test].tolist()), bits))[:, 1]
+    np.testing.assert_allclose(1.0 / (1.0 + np.exp(-saved["y_pred"][:, 0])), expected, rtol=1e-9, atol=1e-12)
     assert svc_row["runs"][0]["chosen"] == {"C": float(search.best_params_["C"]), "selection": SELECTION_CLASSIFIER}
-    assert not (out / "export").exists()  # predict reads an export's values as probabilities: an SVC gives none
+    test_csv = tmp_path / "test.csv"
+    frame.loc[test, ["smiles"]].to_csv(test_csv, index=False)
+    capsys.readouterr()
+    assert main(["predict", str(out / "export"), "--input", str(test_csv), "--out", str(tmp_path / "p.csv"), "--no-progress"]) == 0
+    np.testing.assert_allclose(pd.read_csv(tmp_path / "p.csv")["active_pred"], expected, rtol=1e-4, atol=1e-6)
 
     kernel = tmp_path / "kernel"
     assert main(["baseline", "kernel", str(classification_shards), "--backbone", str(model_export(tmp_path / "backbone")),
@@ -128,6 +136,7 @@ def test_a_binary_target_gets_an_svc_scored_by_roc_auc(user_csv, classification_
     assert row["label"].endswith("kernel SVC") and row["runs"][0]["chosen"]["selection"] == SELECTION_CLASSIFIER
     assert 0 < row["runs"][0]["chosen"]["cv_rocauc"] <= 1
     assert row["summary"]["rocauc"]["mean"] == pytest.approx(roc_auc_score(saved["y_true"][:, 0], saved["y_pred"][:, 0]))
+    assert (kernel / "export" / "model.pt").is_file()
 
 
 def test_what_a_baseline_cannot_fit_is_one_line(user_csv, nci_shards, ego_shards, tmp_path, capsys):

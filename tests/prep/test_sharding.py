@@ -168,6 +168,19 @@ def test_smiles_table_with_split_column(tmp_path):
     assert json.loads((out / "manifest.json").read_text())["splits"]["test"]["rejected"] == {"invalid_smiles": 1}
 
 
+def test_a_rerun_with_another_target_column_rewrites_the_records(tmp_path):
+    """The same file sharded again into the same folder with another target column: the records
+    hold the new column's values (they once kept the old ones: the shards were complete under a
+    fingerprint of the sources alone)."""
+    path = tmp_path / "mols.csv"
+    path.write_text("smiles,a,b,fold\nCCO,1,10,train\nc1ccccc1,2,20,train\nCC(=O)O,3,30,valid\nCCN,4,40,test\n")
+    out = tmp_path / "out"
+    for column, scale in (("a", 1.0), ("b", 10.0)):
+        assert shard("smiles-csv", "--input", str(path), "--target-columns", column, "--split-column", "fold", "--out", str(out),
+                     "--svd-rank", "0", "--lap-k", "0") == 0
+        assert sorted(float(r["y"][0]) for split in read_all(out).values() for r in split.values()) == [scale * k for k in (1, 2, 3, 4)]
+
+
 @pytest.mark.slow  # RDKit's PAINS catalog over every bundled WEHI molecule
 def test_wehi_pains_labels_come_from_the_filter_catalog():
     from gtscale.prep.sources.bundled import read_wehi_pains

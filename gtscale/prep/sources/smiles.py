@@ -52,6 +52,16 @@ def _splits(frame: pd.DataFrame, split_column: str, path: Path) -> dict[str, np.
     return {name: np.flatnonzero(labels == name) for name in sorted(set(labels.tolist()))}
 
 
+def not_numeric(frame: pd.DataFrame, columns: list[str]) -> str | None:
+    """Where the first cell of `columns` that is no number is ("column 'y' holds 'active' (data row 3)"), if any."""
+    for column in columns:
+        numbers = pd.to_numeric(frame[column], errors="coerce")
+        bad = np.flatnonzero(numbers.isna().to_numpy() & frame[column].notna().to_numpy())
+        if len(bad):
+            return f"column {column!r} holds {str(frame[column].iloc[bad[0]])[:40]!r} (data row {bad[0] + 1})"
+    return None
+
+
 def read_smiles_table(
     path: Path,
     smiles_column: str,
@@ -71,7 +81,7 @@ def read_smiles_table(
         with np.errstate(over="ignore"):  # beyond float32 becomes inf, which the sharder rejects as target_not_finite
             targets = frame[target_columns].to_numpy(dtype=np.float32) if target_columns else np.zeros((len(frame), 0), np.float32)
     except ValueError as err:
-        raise UserError(f"{path}: target columns must be numeric ({err})") from err
+        raise UserError(f"{path}: target columns must be numeric (a classification's: 0 and 1); {not_numeric(frame, target_columns) or err}") from err
     idx, names = _ids(frame, id_column, path)
     return MoleculeTable(
         name=path.name,

@@ -1,0 +1,176 @@
+"""What `gtscale fit` reports of its models on the test split: every model predicts the test
+molecules through `gtscale predict`'s own path from its export, and is scored per target (a
+regression by RMSE, MAE and R², a classification by ROC-AUC, PR-AUC and log loss); report.md
+tabulates them beside the baseline, parity.png (regression) or roc.png (classification) draws
+them, test-predictions.csv lists them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from gtscale.io import atomic_write_text
+
+REPORT, REPORT_MD, TEST_PREDICTIONS = "report.json", "report.md", "test-predictions.csv"
+#: The figure of each task: predicted against measured, or each model's ROC curve.
+FIGURES = {"regression": "parity.png", "classification": "roc.png"}
+REPORT_FORMAT = "gtscale-fit"
+CHOSEN, BASELINE = "chosen", "ecfp"  # the chosen model (DIR/export) and the baseline among the scored models
+
+
+def score_tests(out: Path, members: list[str], smiles: list[str], y: np.ndarray, task: str, targets: list[str]):
+    """(target → model → test metrics; the SMILES every model reads, [n, T] targets (NaN: no label)
+    and model → [n, T] predictions of those molecules; how many test molecules some model did not
+    read). The models: each member (DIR/members/<name>) and the chosen one (DIR/export), each
+    predicting from its export as `gtscale predict` does."""
+    from gtscale.experiments.ensemble import ensemble
+    from gtscale.members import load_members
+    from gtscale.predict import Predictor
+
+    folders = {name: out / "members" / name for name in members} | {CHOSEN: out / "export"}
+    values, readable = {}, np.ones(len(smiles), bool)
+    for name, folder in folders.items():
+        found, weights = load_members(folder)
+        outputs, reasons = Predictor(found, weights).smiles(smiles, batch_size=64)
+        values[name] = ensemble(outputs, weights)[0]
+        readable &= np.array([not why for why in reasons], bool)
+    y = y[readable]
+    predictions = {name: v[readable] for name, v in values.items()}
+    metrics = classification_metrics if task == "classification" else regression_metrics
+    test = {}
+    for t, target in enumerate(targets):
+        labelled = np.isfinite(y[:, t])
+        test[target] = {name: metrics(y[labelled, t], pred[labelled, t]) for name, pred in predictions.items()}
+    return test, [s for s, ok in zip(smiles, readable) if ok], y, predictions, int((~readable).sum())
+
+
+def regression_metrics(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, float]:
+    from sklearn.metrics import mean_absolute_error, r2_score, root_mean_squared_error
+
+    return {"rmse": float(root_mean_squared_error(y_true, y_pred)), "mae": float(mean_absolute_error(y_true, y_pred)),
+            "r2": float(r2_score(y_true, y_pred)) if len(y_true) > 1 else float("nan")}
+
+
+def classification_metrics(y_true: np.ndarray, p: np.ndarray) -> dict[str, float]:
+    """ROC-AUC and PR-AUC (average precision) of the probabilities, NaN where the test split holds
+    one class alone; log loss (of calibration as well as ranking)."""
+    from sklearn.metrics import average_precision_score, log_loss, roc_auc_score
+
+    both = len(np.unique(y_true)) == 2
+    return {"rocauc": float(roc_auc_score(y_true, p)) if both else float("nan"),
+            "prauc": float(average_precision_score(y_true, p)) if both else float("nan"),
+            "logloss": float(log_loss(y_true, p.astype(np.float64), labels=[0, 1]))}
+
+
+def write_test_predictions(path: Path, smiles: list[str], y: np.ndarray, predictions: dict[str, np.ndarray], targets: list[str]) -> None:
+    """smiles, then per target its measured value (blank: no label) and each model's prediction."""
+    import pandas as pd
+
+    columns = {"smiles": smiles}
+    for t, target in enumerate(targets):
+        columns[f"{target}_measured"] = y[:, t]
+        columns |= {f"{target}_{name}_pred": pred[:, t] for name, pred in predictions.items()}
+    atomic_write_text(path, pd.DataFrame(columns).to_csv(index=False))
+
+
+def write_figure(path: Path, task: str, y: np.ndarray, predictions: dict[str, np.ndarray], targets: list[str], labels: dict[str, str]) -> None:
+    """One panel per target: the chosen model's predictions against the measured values (regression),
+    or every model's ROC curve (classification); a PNG written whole or not at all."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(targets), figsize=(4.5 * len(targets), 4.5), squeeze=False)
+    for t, (ax, target) in enumerate(zip(axes[0], targets)):
+        labelled = np.isfinite(y[:, t])
+        draw = roc_panel if task == "classification" else parity_panel
+        draw(ax, y[labelled, t], {name: pred[labelled, t] for name, pred in predictions.items()}, labels)
+        ax.set_title(f"{target}: test", fontsize=9)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def parity_panel(ax, y: np.ndarray, predictions: dict[str, np.ndarray], labels: dict[str, str]) -> None:
+    pred = predictions[CHOSEN]
+    ax.scatter(y, pred, s=10, alpha=0.6, label=labels[CHOSEN])
+    low, high = float(min(y.min(), pred.min())), float(max(y.max(), pred.max()))
+    ax.plot([low, high], [low, high], color="grey", linewidth=1)
+    ax.set_xlabel("measured")
+    ax.set_ylabel("predicted")
+    ax.legend(fontsize=7, loc="upper left")
+
+
+def roc_panel(ax, y: np.ndarray, predictions: dict[str, np.ndarray], labels: dict[str, str]) -> None:
+    from sklearn.metrics import roc_auc_score, roc_curve
+
+    ax.plot([0, 1], [0, 1], color="grey", linewidth=1)
+    if len(np.unique(y)) == 2:
+        for name, pred in predictions.items():
+            fpr, tpr, _ = roc_curve(y, pred)
+            ax.plot(fpr, tpr, linewidth=2 if name == CHOSEN else 1, label=f"{labels[name]} ({roc_auc_score(y, pred):.3f})")
+        ax.legend(fontsize=7, loc="lower right")
+    else:
+        ax.text(0.5, 0.5, "one class only: no ROC curve", ha="center")
+    ax.set_xlabel("false positive rate")
+    ax.set_ylabel("true positive rate")
+
+
+def model_labels(task: str) -> dict[str, str]:
+    svm = "SVC" if task == "classification" else "SVR"
+    return {"ecfp": f"ECFP4 + {svm} (baseline)", "kernel": f"ECFP4 + backbone kernel {svm}", "finetune": "fine-tuned backbone (mean of seeds)",
+            CHOSEN: "chosen model (export/)"}
+
+
+#: The test table of each task: (header, the row of one model's metrics beside the baseline's).
+TABLES = {
+    "regression": ("| model | test RMSE | test MAE | test R² | RMSE ÷ baseline |\n| --- | --- | --- | --- | --- |",
+                   lambda m, base: f"{m['rmse']:.4f} | {m['mae']:.4f} | {m['r2']:.3f} | {m['rmse'] / base['rmse']:.3f}"),
+    "classification": ("| model | test ROC-AUC | test PR-AUC | test log loss | ROC-AUC − baseline |\n| --- | --- | --- | --- | --- |",
+                       lambda m, base: f"{m['rocauc']:.4f} | {m['prauc']:.4f} | {m['logloss']:.4f} | {m['rocauc'] - base['rocauc']:+.4f}"),
+}
+#: How report.md says where the task came from (report.json `task_from`).
+TASK_FROM = {"detected": {"classification": "detected: every target column holds only 0 and 1",
+                          "regression": "detected: a target column holds other numbers than 0 and 1"},
+             "named": {"classification": "named by --task", "regression": "named by --task"}}
+
+
+def report_markdown(report: dict) -> str:
+    """Per target, the test table (each member and the chosen model, beside the baseline) and the
+    choice; with several targets, the table of each model's mean over them first."""
+    task, targets = report["task"], list(report["targets"])
+    n = report["molecules"]
+    lines = [f"# gtscale fit: {', '.join(targets)} of {Path(report['inputs'][0]).name}", "",
+             f"{n['train']} train, {n['valid']} valid, {n['test']} test molecules (split: {report['split']}); "
+             f"{task} ({TASK_FROM[report['task_from']][task]}); recipe {report['recipe']}"
+             + (f", backbone {report['backbone']}" if report["backbone"] else "") + f"; {report['seconds']} s."]
+    if len(targets) > 1:
+        lines += ["", f"## Mean over the {len(targets)} targets", "", "Each target counts once; the model of each target is chosen on its own "
+                  "(below), so the chosen model's row mixes members.", "", *test_table(report["mean"], task)]
+    for target, result in report["targets"].items():
+        if len(targets) > 1:
+            labelled = result["molecules"]
+            lines += ["", f"## {target}", "", f"Labelled: {labelled['train']} train, {labelled['valid']} valid, {labelled['test']} test molecules."]
+        if task == "classification":
+            ones, labelled = result["test_positives"], result["test_labelled"]
+            lines += ["", f"Test: {ones} of {labelled} molecules labelled 1 ({ones / max(labelled, 1):.3f}: the PR-AUC of a random ranking)."]
+        lines += ["", *test_table(result["test"], task)]
+        sel = result["selection"]
+        tie = f"; log loss {', '.join(f'{k} {v:.4f}' for k, v in sel['logloss'].items())}" if "logloss" in sel else ""
+        lines += ["", f"Chosen on train + valid only ({sel['rule']}): **{sel['chosen']}** "
+                  + "(" + ", ".join(f"{k} {v:.4f}" for k, v in sel["candidates"].items()) + tie + ")."]
+    lines += ["", f"`gtscale predict {report['out']}/export --input mols.csv --out preds.csv` predicts with it"
+              + ("" if len(targets) == 1 else " (a column per target)") + f"; {FIGURES[task]} plots its test predictions."]
+    return "\n".join(lines) + "\n"
+
+
+def test_table(test: dict[str, dict[str, float]], task: str) -> list[str]:
+    """The lines of one test table: each model's metrics (model → metric → value) beside the baseline's."""
+    header, row = TABLES[task]
+    labels = model_labels(task)
+    return [header, *(f"| {labels.get(name, name)} | {row(m, test[BASELINE])} |" for name, m in test.items())]
