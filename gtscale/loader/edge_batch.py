@@ -27,8 +27,8 @@ a target (gtscale/models/et/sparse.py), which on fan-out neighbourhoods is a sma
 nodes.
 
 Producers: `collate_edges(records, keys)` from decoded shard records (each record one graph; a
-record may carry a float array "x_float" next to the categorical "x", and "target_nodes", the
-node ids within its graph that are scored), and `EdgeBatch.from_dense(batch)` from a dense Batch (its
+record may carry a float array "node_feat_float" next to the categorical "node_feat", and
+"target_pos", the positions within its graph of the nodes that are scored), and `EdgeBatch.from_dense(batch)` from a dense Batch (its
 edge_feat ≠ 0 entries become the edges). A huge-graph sampler produces records of this shape and
 needs nothing else from this module.
 """
@@ -132,7 +132,7 @@ def _concat(records: Sequence[Record], key: str) -> np.ndarray:
 
 def collate_edges(records: Sequence[Record], keys: Sequence[str] = ()) -> EdgeBatch:
     """EdgeBatch of `records` (one graph each) with the optional keys asked for: lap_pe, y,
-    node_y, x_float, target_nodes. Node ids of each record are offset by the nodes before it."""
+    node_y, node_feat_float, target_pos. Node ids of each record are offset by the nodes before it."""
     sizes = np.fromiter((r.num_nodes for r in records), dtype=np.int64, count=len(records))
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     edges = []
@@ -144,12 +144,12 @@ def collate_edges(records: Sequence[Record], keys: Sequence[str] = ()) -> EdgeBa
     out: dict = {
         "edge_index": np.concatenate(edges, axis=1) if edges else np.zeros((2, 0), np.int64),
         "graph_index": np.repeat(np.arange(len(records)), sizes),
-        "node_feat": _concat(records, schema.X).astype(np.int64) + schema.FEATURE_SHIFT,
-        "edge_feat": _concat(records, schema.EDGE_ATTR).astype(np.int64) + schema.FEATURE_SHIFT,
+        "node_feat": _concat(records, schema.NODE_FEAT).astype(np.int64) + schema.FEATURE_SHIFT,
+        "edge_feat": _concat(records, schema.EDGE_FEAT).astype(np.int64) + schema.FEATURE_SHIFT,
         "idx": np.fromiter((r.idx for r in records), dtype=np.int64, count=len(records)),
     }
-    if schema.X_FLOAT in keys:
-        out["node_feat_float"] = _concat(records, schema.X_FLOAT).astype(np.float32)
+    if schema.NODE_FEAT_FLOAT in keys:
+        out["node_feat_float"] = _concat(records, schema.NODE_FEAT_FLOAT).astype(np.float32)
     if schema.LAP_PE in keys:
         out["lap_pe"] = _concat(records, schema.LAP_PE).astype(np.float32)
     if schema.NODE_Y in keys:
@@ -158,7 +158,7 @@ def collate_edges(records: Sequence[Record], keys: Sequence[str] = ()) -> EdgeBa
     if schema.Y in keys:
         y = np.stack([r.arrays[schema.Y] for r in records]).astype(np.float32).reshape(len(records), -1)
         out["y_mask"], out["y"] = ~np.isnan(y), np.nan_to_num(y, nan=0.0)
-    if schema.TARGET_NODES in keys:
-        out["target_node"] = np.concatenate([r.arrays[schema.TARGET_NODES].astype(np.int64) + off for r, off in zip(records, offsets)])
+    if schema.TARGET_POS in keys:
+        out["target_node"] = np.concatenate([r.arrays[schema.TARGET_POS].astype(np.int64) + off for r, off in zip(records, offsets)])
     tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in out.items()}
     return EdgeBatch(num_graphs=len(records), **tensors)

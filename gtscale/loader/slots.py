@@ -107,7 +107,7 @@ class ShardStream(IterableDataset):
         except ShardError as err:
             self._skip(err, entry.samples, skipped)
             return
-        samples, produced = iter_samples(data, entry.name), 0
+        samples, produced = iter_samples(data, entry.name, entry.schema_version), 0
         while True:
             try:
                 key, members = next(samples)

@@ -180,7 +180,7 @@ class ETConfig:
     cls_token: bool = True  # dense: a CLS token attending to every node; its final state is the graph output
     learned_adjacency: bool = True  # dense: Â = Conv1×1(X ⊙ X) ⊙ A′ (App. D); false: Â = 1 on edges
     lap_k: int = ranged(10, low=0, high=MAX_WIDTH)  # dense: Laplacian eigenvectors embedded (the authors' App. D code: 15); 0 = none
-    node_float_dim: int = ranged(0, low=0, high=MAX_WIDTH)  # continuous node features x_float embedded by a linear map (0 = none)
+    node_float_dim: int = ranged(0, low=0, high=MAX_WIDTH)  # continuous node features node_feat_float embedded by a linear map (0 = none)
     node_vocab: list[int] = ranged(default_factory=_atom_vocab, low=1, high=MAX_VOCAB)  # categorical node features ([] = none)
     edge_vocab: list[int] = ranged(default_factory=_bond_vocab, low=1, high=MAX_VOCAB)  # categorical edge features (dense A′)
     activation_checkpointing: bool = False  # recompute each step in backward instead of storing
@@ -208,7 +208,7 @@ class MNAGTConfig:
     readout: Literal["mean", "sum", "virtual"] = "mean"
     dropout: float = ranged(0.0, low=0, high=1, high_open=True)  # after attention and FFN
     attention_dropout: float = ranged(0.0, low=0, high=1, high_open=True)
-    node_float_dim: int = ranged(0, low=0, high=MAX_WIDTH)  # continuous node features x_float (0 = none)
+    node_float_dim: int = ranged(0, low=0, high=MAX_WIDTH)  # continuous node features node_feat_float (0 = none)
     node_vocab: list[int] = ranged(default_factory=_atom_vocab, low=1, high=MAX_VOCAB)  # categorical node features ([] = none)
     activation_checkpointing: bool = False
 

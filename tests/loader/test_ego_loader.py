@@ -1,4 +1,4 @@
-"""Ego-subgraph shards (schema v2: x_float, node_id, target_nodes, target_y) stream through
+"""Ego-subgraph shards (node_feat_float, node_id, target_pos, target_y) stream through
 build_loader and collate into Batch.node_feat_float and the target fields, which agree with the
 graph store they were cut from; filler batches of such a loader carry no target."""
 
@@ -71,9 +71,9 @@ def test_ego_evaluation_sees_each_target_once_and_filler_has_none(ego_shards):
 
 def _record(key: str, n: int, targets: list[int], ids: list[int], labels: list[float]) -> Record:
     return Record(key, "s.tar", n, ids[targets[0]] if targets else -1, {
-        schema.X_FLOAT: np.full((n, 2), float(n), np.float16),
+        schema.NODE_FEAT_FLOAT: np.full((n, 2), float(n), np.float16),
         schema.EDGE_INDEX: np.array([[0], [n - 1]], np.int16),
-        schema.TARGET_NODES: np.array(targets, np.int16),
+        schema.TARGET_POS: np.array(targets, np.int16),
         schema.TARGET_Y: np.array(labels, np.float32),
         schema.NODE_ID: np.array(ids, np.int64),
     })
@@ -93,9 +93,9 @@ def test_several_targets_per_graph_pad_with_filler_ids_and_pick_their_rows():
 
 def test_a_batch_never_mixes_categorical_and_continuous_features():
     molecule = Record("m", "mol.tar", 2, 0, {
-        schema.X: np.zeros((2, 9), np.uint8), schema.EDGE_INDEX: np.zeros((2, 0), np.int16), schema.EDGE_ATTR: np.zeros((0, 3), np.uint8),
+        schema.NODE_FEAT: np.zeros((2, 9), np.uint8), schema.EDGE_INDEX: np.zeros((2, 0), np.int16), schema.EDGE_FEAT: np.zeros((0, 3), np.uint8),
     })
-    with pytest.raises(ShardError, match="s.tar: sample a: has x_float .continuous. node features, others in its batch have x .categorical."):
+    with pytest.raises(ShardError, match="s.tar: sample a: has node_feat_float .continuous. node features, others in its batch have node_feat .categorical."):
         collate([molecule, _record("a", 2, [0], [5, 6], [1.0])])
 
 

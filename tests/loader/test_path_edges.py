@@ -56,7 +56,7 @@ def _check_paths(n: int, edge_index: np.ndarray, edge_attr: np.ndarray, max_dist
 @pytest.mark.parametrize("max_dist", [1, 3, 5, 30])
 def test_path_edges_of_nci_molecules_are_shortest_paths(nci_by_idx, max_dist):
     for record in list(nci_by_idx.values())[:12]:
-        _check_paths(len(record[schema.X]), record[schema.EDGE_INDEX].astype(np.int64), record[schema.EDGE_ATTR], max_dist)
+        _check_paths(len(record[schema.NODE_FEAT]), record[schema.EDGE_INDEX].astype(np.int64), record[schema.EDGE_FEAT], max_dist)
 
 
 @st.composite

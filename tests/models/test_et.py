@@ -229,7 +229,7 @@ def test_et_trains_through_the_task_model():
     records = []
     for i, smiles in enumerate(["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "[Na+]"]):
         arrays = featurize_smiles(smiles)
-        n = arrays[schema.X].shape[0]
+        n = arrays[schema.NODE_FEAT].shape[0]
         arrays.update(structure(arrays[schema.EDGE_INDEX], n, StructureOptions(svd_rank=0, lap_k=model_cfg["lap_k"])))
         arrays[schema.Y] = np.array([i % 2], np.float32)
         records.append(Record(key=f"m{i}", shard="test", num_nodes=n, idx=i, arrays=arrays))

@@ -114,7 +114,7 @@ def _fw_edges(edge_index: np.ndarray, edge_attr: np.ndarray, n: int, max_dist: i
 @pytest.mark.parametrize("max_dist", [1, 3, 5, 20])
 def test_path_edges_equal_the_authors_on_molecules_with_tied_paths(name, max_dist):
     graph = featurize_smiles(TIED[name])
-    n, edge_index, edge_attr = len(graph[schema.X]), graph[schema.EDGE_INDEX].astype(np.int64), graph[schema.EDGE_ATTR]
+    n, edge_index, edge_attr = len(graph[schema.NODE_FEAT]), graph[schema.EDGE_INDEX].astype(np.int64), graph[schema.EDGE_FEAT]
     path, expected = authors_path_edges(edge_index, edge_attr, n, max_dist)
     np.testing.assert_array_equal(_fw_edges(edge_index, edge_attr, n, max_dist), expected)  # every pair, every position
     mid = floyd_warshall_mid(edge_index, n)
@@ -126,7 +126,7 @@ def test_bfs_paths_differ_from_the_authors_where_shortest_paths_tie():
     differing = []
     for name, smiles in TIED.items():
         graph = featurize_smiles(smiles)
-        n, edge_index, edge_attr = len(graph[schema.X]), graph[schema.EDGE_INDEX].astype(np.int64), graph[schema.EDGE_ATTR]
+        n, edge_index, edge_attr = len(graph[schema.NODE_FEAT]), graph[schema.EDGE_INDEX].astype(np.int64), graph[schema.EDGE_FEAT]
         arrays = structure(edge_index, n, StructureOptions(svd_rank=0, lap_k=0))
         bfs = graph_path_edges(edge_index, edge_attr, arrays[schema.SPD], arrays[schema.PRED], 5)
         if not np.array_equal(bfs, authors_path_edges(edge_index, edge_attr, n, 5)[1]):
@@ -136,7 +136,7 @@ def test_bfs_paths_differ_from_the_authors_where_shortest_paths_tie():
 
 def test_path_edges_equal_the_authors_on_nci_molecules(nci_by_idx):
     for record in list(nci_by_idx.values())[:40]:
-        n, edge_index, edge_attr = len(record[schema.X]), record[schema.EDGE_INDEX].astype(np.int64), record[schema.EDGE_ATTR]
+        n, edge_index, edge_attr = len(record[schema.NODE_FEAT]), record[schema.EDGE_INDEX].astype(np.int64), record[schema.EDGE_FEAT]
         np.testing.assert_array_equal(_fw_edges(edge_index, edge_attr, n, 5), authors_path_edges(edge_index, edge_attr, n, 5)[1])
 
 
@@ -172,7 +172,7 @@ def test_long_paths_stored_at_spd_max_still_get_the_authors_first_edges():
 
 def test_a_corrupt_fw_mid_is_an_error_naming_the_pair():
     graph = featurize_smiles(TIED["cyclohexene"])
-    edge_index, edge_attr = graph[schema.EDGE_INDEX].astype(np.int64), graph[schema.EDGE_ATTR]
+    edge_index, edge_attr = graph[schema.EDGE_INDEX].astype(np.int64), graph[schema.EDGE_FEAT]
     arrays = structure(edge_index, 6, FW)
     for pair, value, message in [((0, 3), 0, "not on a shortest"), ((0, 3), 250, "outside the graph"), ((0, 1), 4, "not on a shortest")]:
         mid = arrays[schema.FW_MID].copy()
@@ -238,8 +238,8 @@ def test_loader_batches_follow_the_authors_paths(sharded):
         for batch in build_loader(sharded["floyd-warshall"], split, config, train=False, rank=0, world_size=1):
             for g, idx in enumerate(batch.idx.tolist()):
                 graph = featurize_smiles(list(TIED.values())[idx])
-                n = len(graph[schema.X])
-                expected = authors_path_edges(graph[schema.EDGE_INDEX].astype(np.int64), graph[schema.EDGE_ATTR], n, 5)[1]
+                n = len(graph[schema.NODE_FEAT])
+                expected = authors_path_edges(graph[schema.EDGE_INDEX].astype(np.int64), graph[schema.EDGE_FEAT], n, 5)[1]
                 np.testing.assert_array_equal(batch.path_edges[g, :n, :n].numpy(), expected)
                 assert (batch.path_edges[g, n:] == schema.FEATURE_PAD).all() and (batch.path_edges[g, :, n:] == schema.FEATURE_PAD).all()
                 seen += 1
