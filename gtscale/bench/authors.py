@@ -423,7 +423,7 @@ def bench_authors(authors: Path, *, model: str = "egt-small", batch_size: int = 
     atoms = batch.node_mask.sum(dim=1)
     setup = {
         "model": str(model), "authors": str(authors.resolve()), "batch_size": batch_size,
-        "atoms_mean": atoms.float().mean().item(), "atoms_max": int(atoms.max()), "padded_nodes": batch.max_nodes,
+        "atoms_mean": atoms.float().mean().item(), "atoms_max": int(atoms.max()), "padded_nodes": batch.max_graph_nodes,
         "seed": seed, "threads": threads, "steps": steps, "warmup": warmup, "torch": torch.__version__,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({platform.processor() or platform.machine()})",
         "parameters": count["gtscale"], "agreement": agreement, "checked_on": f"{len(checks)} batch(es)",

@@ -101,7 +101,7 @@ def measure(manifest: dict, split: str, config: LoaderConfig, seconds: float) ->
         graphs += batch.num_graphs
         count += 1
         real_pairs += int((sizes * sizes).sum())
-        padded_pairs += batch.num_graphs * batch.max_nodes**2
+        padded_pairs += batch.num_graphs * batch.max_graph_nodes**2
     elapsed = time.perf_counter() - start
     return {
         "graphs_per_s": graphs / elapsed,

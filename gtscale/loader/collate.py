@@ -11,7 +11,7 @@ subgraphs of huge graphs; node_feat is then long [B, N, 0]). A record without ed
 edge-feature column whose only value says "an edge is here" (1 in edge_feat, 0 = no
 edge): models see the adjacency through the edge tables with edge_vocab [1].
 
-Node targets (key target_y): target_node [B, T] is each labelled node's position in its graph,
+Node targets (key target_y): target_pos [B, T] is each labelled node's position in its graph,
 target_id [B, T] its global node id (FILLER_IDX on padding and filler graphs), target_y and
 target_y_mask its label, with T the most targets of a graph in the batch (1 for ego subgraphs).
 
@@ -171,18 +171,18 @@ def _all_or_none(records: Sequence[Record], key: str, kinds: tuple[str, str]) ->
 
 
 def _targets(records: Sequence[Record]) -> dict[str, np.ndarray]:
-    """target_node, target_id, target_y, target_y_mask [B, T], padded with FILLER_IDX / unlabelled."""
+    """target_pos, target_id, target_y, target_y_mask [B, T], padded with FILLER_IDX / unlabelled."""
     counts = np.array([len(r.arrays[schema.TARGET_POS]) for r in records])
     t = max(int(counts.max()), 1)
     slot = np.arange(t) < counts[:, None]
     local = np.concatenate([r.arrays[schema.TARGET_POS] for r in records]).astype(np.int64)
     global_ids = np.concatenate([r.arrays[schema.NODE_ID][r.arrays[schema.TARGET_POS].astype(np.int64)] for r in records]).astype(np.int64)
     labels = np.concatenate([r.arrays[schema.TARGET_Y] for r in records]).astype(np.float32)
-    target_node, target_id = np.zeros(slot.shape, np.int64), np.full(slot.shape, FILLER_IDX, np.int64)
+    target_pos, target_id = np.zeros(slot.shape, np.int64), np.full(slot.shape, FILLER_IDX, np.int64)
     target_y = np.full(slot.shape, np.nan, np.float32)
-    target_node[slot], target_id[slot], target_y[slot] = local, global_ids, labels
+    target_pos[slot], target_id[slot], target_y[slot] = local, global_ids, labels
     labelled = ~np.isnan(target_y)
-    return {"target_node": target_node, "target_id": target_id, "target_y": np.where(labelled, target_y, 0.0).astype(np.float32),
+    return {"target_pos": target_pos, "target_id": target_id, "target_y": np.where(labelled, target_y, 0.0).astype(np.float32),
             "target_y_mask": labelled}
 
 

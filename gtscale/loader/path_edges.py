@@ -35,12 +35,12 @@ class PathError(ValueError):
         self.graph = graph
 
 
-def edge_id_table(edge_index: np.ndarray, graph_of_edge: np.ndarray, batch_size: int, max_nodes: int) -> np.ndarray:
+def edge_id_table(edge_index: np.ndarray, graph_of_edge: np.ndarray, batch_size: int, max_graph_nodes: int) -> np.ndarray:
     """Flat [B·N·N] int64 table: row of edge u→v in the concatenated edge list, -1 where none.
 
     With parallel edges the last one listed wins (the same one the dense edge_feat shows)."""
-    table = np.full(batch_size * max_nodes * max_nodes, -1, dtype=np.int64)
-    flat = (graph_of_edge * max_nodes + edge_index[0]) * max_nodes + edge_index[1]
+    table = np.full(batch_size * max_graph_nodes * max_graph_nodes, -1, dtype=np.int64)
+    flat = (graph_of_edge * max_graph_nodes + edge_index[0]) * max_graph_nodes + edge_index[1]
     table[flat] = np.arange(edge_index.shape[1], dtype=np.int64)
     return table
 

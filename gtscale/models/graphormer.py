@@ -196,7 +196,7 @@ class Graphormer(nn.Module):
         cfg = self.cfg
         buckets = torch.where(spd == SPD_UNREACHABLE, cfg.num_spatial - 1, (spd + 1).clamp(max=cfg.num_spatial - 2))
         pair = lookup(self.spatial, buckets) + self.path_encoding(batch.path_edges, spd)  # [B, N, N, heads]
-        b, n = batch.num_graphs, batch.max_nodes
+        b, n = batch.num_graphs, batch.max_graph_nodes
         m = n + 1
         aligned = -(-m // _BIAS_ALIGN) * _BIAS_ALIGN
         bias = torch.zeros(b, cfg.num_heads, m, aligned, dtype=dtype, device=spd.device)[..., :m]

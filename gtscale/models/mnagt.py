@@ -138,7 +138,7 @@ class MNAGTLayer(nn.Module):
 
 class MNAGT(nn.Module):
     """Batch or EdgeBatch → Outputs(node [B, N, d] (or [N_tot, d], [K, d] at an EdgeBatch's
-    target_node), edge None, graph [B, d])."""
+    target_rows), edge None, graph [B, d])."""
 
     #: Takes an EdgeBatch (node-induced subgraphs, data.graph in a training config). Its attention is
     #: full within each graph, [M, M] per subgraph: keep such subgraphs small.
@@ -193,8 +193,8 @@ class MNAGT(nn.Module):
             graph = node.new_zeros(b, node.shape[-1]).index_add_(0, batch.graph_index, node)
             if self.cfg.readout == "mean":
                 graph = graph / count_per_index(batch.graph_index, b, graph.dtype).clamp(min=1)[:, None]
-        if batch.target_node is not None:  # the targets' rows only (EdgeBatch's rule)
-            node = node[batch.target_node]
+        if batch.target_rows is not None:  # the targets' rows only (EdgeBatch's rule)
+            node = node[batch.target_rows]
         if dense_mask is not None:
             node = batch.to_dense_nodes(node, dense_mask)
         return Outputs(node=node, edge=None, graph=graph)

@@ -45,7 +45,7 @@ def test_collated_and_converted_edge_batches_agree():
     torch.testing.assert_close(direct.node_y, converted.node_y)
     torch.testing.assert_close(direct.y, converted.y)
     assert _edge_set(direct) == _edge_set(converted) and direct.num_edges == converted.num_edges > 0
-    assert direct.target_node.tolist() == [0, 6, 7, 15]  # each graph's node 0, offset by the nodes before it
+    assert direct.target_rows.tolist() == [0, 6, 7, 15]  # each graph's node 0, offset by the nodes before it
     # edges stay inside their graph
     gi = direct.graph_index
     assert (gi[direct.edge_index[0]] == gi[direct.edge_index[1]]).all()

@@ -39,7 +39,7 @@ def test_ego_batches_agree_with_the_store(ego_shards):
         b, n = batch.node_mask.shape
         assert batch.node_feat.shape == (b, n, 0) and batch.node_feat_float.shape == (b, n, store.manifest["num_features"])
         assert batch.node_feat_float.dtype == torch.float32 and batch.edge_feat.shape == (b, n, n, 1)
-        assert batch.target_node.tolist() == [[0]] * b  # the target is node 0 of its ego subgraph
+        assert batch.target_pos.tolist() == [[0]] * b  # the target is node 0 of its ego subgraph
         assert batch.target_id[:, 0].tolist() == batch.idx.tolist()
         assert batch.target_y_mask.all()
         np.testing.assert_array_equal(batch.target_y[:, 0].numpy(), store.labels[batch.idx.numpy()].astype(np.float32))
@@ -82,7 +82,7 @@ def _record(key: str, n: int, targets: list[int], ids: list[int], labels: list[f
 def test_several_targets_per_graph_pad_with_filler_ids_and_pick_their_rows():
     records = [_record("a", 3, [2, 0], [10, 11, 12], [1.0, np.nan]), _record("b", 2, [1], [20, 21], [0.0])]
     batch = collate(records, [schema.TARGET_Y])
-    assert batch.target_node.tolist() == [[2, 0], [1, 0]]
+    assert batch.target_pos.tolist() == [[2, 0], [1, 0]]
     assert batch.target_id.tolist() == [[12, 10], [21, FILLER_IDX]]
     assert batch.target_y_mask.tolist() == [[True, False], [True, False]]
     assert batch.target_y.tolist() == [[1.0, 0.0], [0.0, 0.0]]
