@@ -221,7 +221,7 @@ class AuthorsGraphormer(nn.Module):
         self.encoder = encoder_class(
             num_atoms=sum(cfg.node_vocab), num_in_degree=cfg.num_in_degree, num_out_degree=cfg.num_out_degree,
             num_edges=sum(cfg.edge_vocab), num_spatial=cfg.num_spatial, num_edge_dis=cfg.num_edge_dis, edge_type="multi_hop",
-            multi_hop_max_dist=cfg.multi_hop_max_dist, num_encoder_layers=cfg.num_layers, embedding_dim=cfg.hidden_dim,
+            multi_hop_max_dist=cfg.multi_hop_max_dist, num_encoder_layers=cfg.num_layers, embedding_dim=cfg.node_width,
             ffn_embedding_dim=cfg.ffn_dim, num_attention_heads=cfg.num_heads, dropout=cfg.dropout,
             attention_dropout=cfg.attention_dropout, activation_dropout=cfg.activation_dropout,
             encoder_normalize_before=cfg.embedding_ln, pre_layernorm=not cfg.post_ln, activation_fn="gelu",

@@ -86,7 +86,7 @@ class Propagation:
 class MNAGTLayer(nn.Module):
     def __init__(self, cfg: MNAGTConfig):
         super().__init__()
-        d, kernels = cfg.hidden_dim, cfg.num_kernels
+        d, kernels = cfg.node_width, cfg.num_kernels
         self.cfg = cfg
         self.qk = nn.ModuleList(Linear(d, 2 * d) for _ in range(kernels))
         self.v = Linear(d, kernels * d)
@@ -147,7 +147,7 @@ class MNAGT(nn.Module):
     def __init__(self, cfg: MNAGTConfig):
         super().__init__()
         self.cfg = cfg
-        d = cfg.hidden_dim
+        d = cfg.node_width
         self.node_dim, self.edge_dim, self.graph_dim = d, 0, d
         self.node_embed = FeatureEmbedding(cfg.node_vocab, d) if cfg.node_vocab else None
         self.float_embed = Linear(cfg.node_float_dim, d) if cfg.node_float_dim else None

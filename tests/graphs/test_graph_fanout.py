@@ -125,7 +125,7 @@ def test_padding_to_a_bucket_size_changes_no_targets_score(store, splits):
 
     sizes = {hi - 1 for hi in geometric_boundaries(1.05, 1 << 20)}
     loader = build_fanout_loader(store, splits["val"], FANOUTS, 37, _config(), train=False, rank=0, world_size=1)
-    et = build_model(load_model_config("et-tfinance") | {"width": 16, "head_dim": 8, "num_heads": 2, "num_memories": 16}).eval()
+    et = build_model(load_model_config("et-tfinance") | {"node_width": 16, "head_dim": 8, "num_heads": 2, "num_memories": 16}).eval()
     mnagt = build_model(load_model_config("mnagt-small") | {"node_vocab": [], "node_float_dim": 10}).eval()
     padded_any = False
     for batch in loader:
@@ -218,7 +218,7 @@ def test_the_edge_list_models_run_on_batches_and_the_filler(store, splits, model
     from gtscale.models import build_model, load_model_config
 
     if model_name == "et":
-        cfg = load_model_config("et-tfinance") | {"width": 16, "head_dim": 8, "num_heads": 2, "num_memories": 16}
+        cfg = load_model_config("et-tfinance") | {"node_width": 16, "head_dim": 8, "num_heads": 2, "num_memories": 16}
     else:
         cfg = load_model_config("mnagt-small") | {"node_vocab": [], "node_float_dim": 10}
     model = build_model(cfg)

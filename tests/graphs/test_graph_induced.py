@@ -134,7 +134,7 @@ def test_impossible_settings_are_refused(store, splits):
 def test_the_sparse_et_runs_on_batches_and_the_filler(store, splits):
     from gtscale.models import build_model, load_model_config
 
-    cfg = load_model_config("et-tfinance") | {"width": 16, "head_dim": 8, "num_heads": 2, "num_memories": 16}
+    cfg = load_model_config("et-tfinance") | {"node_width": 16, "head_dim": 8, "num_heads": 2, "num_memories": 16}
     model = build_model(cfg)
     loader = build_induced_loader(store, splits["val"], FRACTION, _config(), train=False, rank=0, world_size=1)
     for batch in [next(iter(loader)), loader.filler_batch()]:

@@ -117,14 +117,14 @@ TINY_EGT = {
     "num_virtual_nodes": 2, "upto_hop": 4, "svd_rank": SVD_RANK, "output_edges": True,
 }
 TINY_GRAPHORMER = {
-    "name": "graphormer", "num_layers": 2, "hidden_dim": 16, "ffn_dim": 24, "num_heads": 4,
+    "name": "graphormer", "num_layers": 2, "node_width": 16, "ffn_dim": 24, "num_heads": 4,
     "num_in_degree": 6, "num_out_degree": 6, "num_spatial": 8, "num_edge_dis": 6, "multi_hop_max_dist": 3,
 }
 TINY_ET = {
-    "name": "et", "form": "dense", "width": 16, "num_heads": 2, "head_dim": 8, "num_memories": 24,
+    "name": "et", "form": "dense", "node_width": 16, "num_heads": 2, "head_dim": 8, "num_memories": 24,
     "num_steps": 3, "step_size": 0.5, "lap_k": LAP_K,
 }
 TINY_ET_SPARSE = {**TINY_ET, "form": "sparse", "lap_k": 0, "cls_token": False, "learned_adjacency": False}
 TINY_MNAGT = {
-    "name": "mnagt", "num_layers": 2, "hidden_dim": 16, "num_kernels": 3, "num_heads": 4, "ffn_dim": 24,
+    "name": "mnagt", "num_layers": 2, "node_width": 16, "num_kernels": 3, "num_heads": 4, "ffn_dim": 24,
 }

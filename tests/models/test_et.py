@@ -85,7 +85,7 @@ def test_dense_and_sparse_forms_agree(graphs, self_loops):
     with torch.no_grad():
         d_out, s_out = dense(batch), sparse(batch)
         e_out = sparse(EdgeBatch.from_dense(batch))
-    width = TINY_ET["width"]
+    width = TINY_ET["node_width"]
     torch.testing.assert_close(s_out.node[..., width:], d_out.node, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(e_out.node, s_out.node[batch.node_mask], atol=1e-6, rtol=1e-6)
     assert d_out.node.abs().max() > 0.1
@@ -248,7 +248,7 @@ def test_dense_and_sparse_forms_train_alike(graphs):
     dense, sparse = _model(TINY_ET, **common), _model(TINY_ET_SPARSE, **common)
     sparse.load_state_dict(dense.state_dict())
     batch = make_batch(graphs)
-    width = TINY_ET["width"]
+    width = TINY_ET["node_width"]
     gen = torch.Generator().manual_seed(0)
     proj = torch.randn(batch.node_mask.shape + (width,), generator=gen)
     (dense(batch).node * proj).sum().backward()

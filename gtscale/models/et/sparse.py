@@ -162,7 +162,7 @@ class SparseET(nn.Module):
     def __init__(self, cfg: ETConfig):
         super().__init__()
         self.cfg = cfg
-        d = cfg.width
+        d = cfg.node_width
         self.node_dim, self.edge_dim, self.graph_dim = 2 * d, 0, 2 * d
         self.node_embed = FeatureEmbedding(cfg.node_vocab, d) if cfg.node_vocab else None
         self.float_embed = Linear(cfg.node_float_dim, d) if cfg.node_float_dim else None
