@@ -180,7 +180,7 @@ def iter_samples(data: bytes, shard: str, schema_version: int = schema.SCHEMA_VE
     The whole archive is checked for truncation before the first sample is yielded, so a
     truncated shard fails as a unit. Extensions are lower-cased, as WebDataset does. Members of a
     shard of an older `schema_version` (its manifest's) get their current names here
-    (schema.renamed_members: x.npy → node_feat.npy, …), the one place that knows the old ones."""
+    (schema.renamed_members: x.npy → node_feat.npy, …): the one place that applies the old names."""
     members = _ustar_members(data, shard)
     if members is None:
         members = _tarfile_members(data, shard)

@@ -241,8 +241,8 @@ def current_field_names(cfg: dict, where: str, name: str | None = None) -> dict:
     """A copy of the model config `cfg` (or, with `name`, of overrides of a `name` model config)
     whose fields of RENAMED_FIELDS carry their current names; other keys, and configs of unknown
     models, as they are. The readers of model configs on disk (models.load_model_config,
-    models.export.read_export, train.config.resolve_model_config, train.resolve.read_resolved)
-    pass what they read through it; nothing else knows the old names.
+    models.export.read_export, train.config.resolve_model_config, train.resolve.read_resolved,
+    train.checkpoint.model_changes) pass what they read through it; nothing else knows the old names.
 
     Both names at once is a UserError naming `where` and the key: which one holds the width would
     be a guess."""
