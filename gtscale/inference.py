@@ -193,7 +193,7 @@ def molecule_records(smiles: list[str], options: ShardOptions) -> tuple[list[Rec
     for row, reason in rejects:
         reasons[row] = reason
     kept = [g[schema.META]["idx"] for g in graphs]
-    records = [Record(str(row), "<input>", len(g[schema.X]), row, g) for row, g in zip(kept, graphs)]
+    records = [Record(str(row), "<input>", len(g[schema.NODE_FEAT]), row, g) for row, g in zip(kept, graphs)]
     return records, kept, reasons
 
 

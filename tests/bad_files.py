@@ -63,7 +63,7 @@ BAD_NPY["object_array"] = _buf.getvalue()
 
 
 def replace_shard(root: Path, split: str, number: int, kind: str) -> Path:
-    """Replace shard `number` of `split` with a one-sample shard whose x.npy is BAD_NPY[kind], and
+    """Replace shard `number` of `split` with a one-sample shard whose node_feat.npy is BAD_NPY[kind], and
     update its manifest entry (bytes, sha256, samples) so that only decoding finds the fault."""
     manifest_path = root / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
@@ -72,7 +72,7 @@ def replace_shard(root: Path, split: str, number: int, kind: str) -> Path:
     os.chmod(path, 0o644)
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for name, data in (("0000000001.meta.json", b'{"idx":1,"num_nodes":1,"num_edges":0}'), ("0000000001.x.npy", BAD_NPY[kind])):
+        for name, data in (("0000000001.meta.json", b'{"idx":1,"num_nodes":1,"num_edges":0}'), ("0000000001.node_feat.npy", BAD_NPY[kind])):
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))

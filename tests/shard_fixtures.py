@@ -37,16 +37,16 @@ def nci_records(count: int, max_nodes: int = 51, options: StructureOptions = OPT
             graph = featurize_smiles(smiles)
         except FeaturizeError:
             continue
-        if len(graph[schema.X]) > max_nodes:
+        if len(graph[schema.NODE_FEAT]) > max_nodes:
             continue
         graphs.append((idx, graph, float(tpsa)))
         if len(graphs) == count:
             break
-    structures = structure_many([(g[schema.EDGE_INDEX], len(g[schema.X])) for _, g, _ in graphs], options)
+    structures = structure_many([(g[schema.EDGE_INDEX], len(g[schema.NODE_FEAT])) for _, g, _ in graphs], options)
     records = []
     for (idx, graph, tpsa), extra in zip(graphs, structures):
-        n = len(graph[schema.X])
-        node_y = graph[schema.X][:, 0].astype(np.float32)
+        n = len(graph[schema.NODE_FEAT])
+        node_y = graph[schema.NODE_FEAT][:, 0].astype(np.float32)
         node_y[::5] = np.nan
         record = {
             **graph,
@@ -71,7 +71,7 @@ def write_dataset(root: Path, records: list[tuple[int, dict]], shard_sizes: dict
             start += size
             rel = f"{split}/{split}-{number:06d}.tar"
             stats = write_shard(root / rel, [(sample_key(idx), record) for idx, record in chunk])
-            shards.append({"path": rel, **stats, "max_nodes": max(len(r[schema.X]) for _, r in chunk)})
+            shards.append({"path": rel, **stats, "max_nodes": max(len(r[schema.NODE_FEAT]) for _, r in chunk)})
         splits[split] = {"samples": sum(s["samples"] for s in shards), "shards": shards, "rejected": {}}
         targets[split] = np.stack([record[schema.Y].reshape(-1) for _, record in records[start - sum(sizes) : start]])
     manifest = {

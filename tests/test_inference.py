@@ -38,7 +38,7 @@ def test_read_structure_makes_what_the_model_reads_as_the_shards_made_it(keys, p
     shards = StructureOptions(spd=spd, degree=degree, svd_rank=svd_rank, lap_k=lap_k, paths=paths)
     read = record_keys(keys, path_dist)
     graphs = [featurize_smiles(s) for s in MOLECULES]
-    edges = [(g[schema.EDGE_INDEX], len(g[schema.X])) for g in graphs]
+    edges = [(g[schema.EDGE_INDEX], len(g[schema.NODE_FEAT])) for g in graphs]
     full = structure_many(edges, shards)
     narrowed = structure_many(edges, read_structure(shards, read))
     for made, wanted in zip(full, narrowed):

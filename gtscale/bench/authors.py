@@ -221,7 +221,7 @@ class AuthorsGraphormer(nn.Module):
         self.encoder = encoder_class(
             num_atoms=sum(cfg.node_vocab), num_in_degree=cfg.num_in_degree, num_out_degree=cfg.num_out_degree,
             num_edges=sum(cfg.edge_vocab), num_spatial=cfg.num_spatial, num_edge_dis=cfg.num_edge_dis, edge_type="multi_hop",
-            multi_hop_max_dist=cfg.multi_hop_max_dist, num_encoder_layers=cfg.num_layers, embedding_dim=cfg.hidden_dim,
+            multi_hop_max_dist=cfg.multi_hop_max_dist, num_encoder_layers=cfg.num_layers, embedding_dim=cfg.node_width,
             ffn_embedding_dim=cfg.ffn_dim, num_attention_heads=cfg.num_heads, dropout=cfg.dropout,
             attention_dropout=cfg.attention_dropout, activation_dropout=cfg.activation_dropout,
             encoder_normalize_before=cfg.embedding_ln, pre_layernorm=not cfg.post_ln, activation_fn="gelu",
@@ -423,7 +423,7 @@ def bench_authors(authors: Path, *, model: str = "egt-small", batch_size: int = 
     atoms = batch.node_mask.sum(dim=1)
     setup = {
         "model": str(model), "authors": str(authors.resolve()), "batch_size": batch_size,
-        "atoms_mean": atoms.float().mean().item(), "atoms_max": int(atoms.max()), "padded_nodes": batch.max_nodes,
+        "atoms_mean": atoms.float().mean().item(), "atoms_max": int(atoms.max()), "padded_nodes": batch.max_graph_nodes,
         "seed": seed, "threads": threads, "steps": steps, "warmup": warmup, "torch": torch.__version__,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({platform.processor() or platform.machine()})",
         "parameters": count["gtscale"], "agreement": agreement, "checked_on": f"{len(checks)} batch(es)",

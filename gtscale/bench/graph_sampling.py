@@ -222,7 +222,7 @@ def bench_graph_sampling(*, store: str | None = None, nodes: int = TSOCIAL_NODES
     result = {
         "graph": {"store": store or "generated", "nodes": graph.num_nodes, "undirected_edges": graph.num_edges,
                   "neighbour_signal": graph.manifest["build"]["source"].get("neighbour_signal"), "generate_s": generate_s},
-        "model": {k: model_cfg[k] for k in ("width", "num_heads", "head_dim", "num_memories", "num_steps", "self_loops")},
+        "model": {k: model_cfg[k] for k in ("node_width", "num_heads", "head_dim", "num_memories", "num_steps", "self_loops")},
         "settings": {"fraction": fraction, "fanouts": spec["fanouts"], "batch_targets": batch_targets, "lr": lr,
                      "train_cpu_seconds": train_cpu_seconds, "eval_targets": len(subset), "seed": seed},
         "load_average_before_after": [list(load_before), list(os.getloadavg())],

@@ -60,10 +60,10 @@ def build_nci_shards(root: Path, count: int, shard_size: int, seed: int) -> Path
             graphs.append((smiles, featurize_smiles(smiles)))
         except FeaturizeError:
             continue
-    structures = structure_many([(g[schema.EDGE_INDEX], len(g[schema.X])) for _, g in graphs], options)
+    structures = structure_many([(g[schema.EDGE_INDEX], len(g[schema.NODE_FEAT])) for _, g in graphs], options)
     samples = []
     for idx, ((smiles, graph), extra) in enumerate(zip(graphs, structures)):
-        meta = {"idx": idx, "num_nodes": len(graph[schema.X]), "num_edges": int(graph[schema.EDGE_INDEX].shape[1])}
+        meta = {"idx": idx, "num_nodes": len(graph[schema.NODE_FEAT]), "num_edges": int(graph[schema.EDGE_INDEX].shape[1])}
         y = np.array([tpsa.get(smiles, np.nan)], dtype=np.float32)
         samples.append((sample_key(idx), {**graph, **extra, schema.Y: y, schema.META: meta}))
     shards = []
@@ -101,7 +101,7 @@ def measure(manifest: dict, split: str, config: LoaderConfig, seconds: float) ->
         graphs += batch.num_graphs
         count += 1
         real_pairs += int((sizes * sizes).sum())
-        padded_pairs += batch.num_graphs * batch.max_nodes**2
+        padded_pairs += batch.num_graphs * batch.max_graph_nodes**2
     elapsed = time.perf_counter() - start
     return {
         "graphs_per_s": graphs / elapsed,
@@ -149,9 +149,9 @@ def _node_counts(manifest: dict, split: str) -> list[int]:
     from gtscale.format.shardfile import iter_samples, manifest_shards, read_shard
 
     return [
-        decode_array(members["x.npy"], "x.npy").shape[0]
+        decode_array(members[f"{schema.NODE_FEAT}.npy"], f"{schema.NODE_FEAT}.npy").shape[0]
         for entry in manifest_shards(manifest, split)
-        for _, members in iter_samples(read_shard(entry, verify=False), entry.name)
+        for _, members in iter_samples(read_shard(entry, verify=False), entry.name, entry.schema_version)
     ]
 
 

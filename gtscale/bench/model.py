@@ -86,10 +86,10 @@ def generated_graph(nodes: int, edges: int, graph_nodes: int | None, typed, seed
     vocab = getattr(typed, "node_vocab", [])
     node_feat = torch.stack([torch.randint(1, v + 1, (nodes,), generator=gen) for v in vocab], 1) if vocab else None
     in_features = getattr(typed, "node_float_dim", 0)
-    x_float = torch.randn(nodes, in_features, generator=gen) if in_features else None
+    node_feat_float = torch.randn(nodes, in_features, generator=gen) if in_features else None
     labels = (torch.rand(nodes, generator=gen) < 0.05).float()
     return EdgeBatch(edge_index=torch.stack([src, dst]), graph_index=graph_index, num_graphs=num_graphs,
-                     node_feat=node_feat, node_feat_float=x_float, node_y=labels, node_y_mask=torch.ones(nodes, dtype=torch.bool))
+                     node_feat=node_feat, node_feat_float=node_feat_float, node_y=labels, node_y_mask=torch.ones(nodes, dtype=torch.bool))
 
 
 # --- one measurement (in its own process) ------------------------------------------------------
@@ -390,7 +390,7 @@ def bench_model(*, model: str = "egt-small", batch_size: int = 32, precisions: l
         atoms = batch.node_mask.sum(dim=1)
         setup |= {
             "batch_size": batch_size,
-            "padded_nodes": batch.max_nodes,
+            "padded_nodes": batch.max_graph_nodes,
             "atoms_mean": atoms.float().mean().item(),
             "atoms_max": int(atoms.max()),
         }

@@ -74,10 +74,10 @@ def molecule_batch(smiles: list[str], pad_to: int | None, svd_rank: int, path_ho
     records = []
     for i, s in enumerate(smiles):
         arrays = featurize_smiles(s)
-        n = arrays[schema.X].shape[0]
+        n = arrays[schema.NODE_FEAT].shape[0]
         arrays.update(structure(arrays[schema.EDGE_INDEX], n, options))
         records.append(Record(key=f"nci-{i}", shard="bench", num_nodes=n, idx=i, arrays=arrays))
     keys = (schema.SPD, schema.IN_DEGREE, schema.OUT_DEGREE, schema.SVD_PE) + ((schema.LAP_PE,) if lap_k else ())
     batch = collate(records, keys, max_dist=max(path_hops, 1))
-    return batch.padded(batch.num_graphs, pad_to) if pad_to and pad_to > batch.max_nodes else batch
+    return batch.padded(batch.num_graphs, pad_to) if pad_to and pad_to > batch.max_graph_nodes else batch
 

@@ -182,8 +182,8 @@ def bench_shard(*, limit: int = 6000, rounds: int = 3, json_path: str | None = N
             pass
     valid = [s for s in smiles if Chem.MolFromSmiles(s) is not None]
     options = ShardOptions(structure=StructureOptions(), shard_size=len(smiles))
-    structures = structure_many([(g[schema.EDGE_INDEX], len(g[schema.X])) for g in graphs], options.structure)
-    records = [{**g, **st, schema.Y: np.zeros(1, np.float32), schema.META: {"idx": i, "num_nodes": len(g[schema.X])}} for i, (g, st) in enumerate(zip(graphs, structures))]
+    structures = structure_many([(g[schema.EDGE_INDEX], len(g[schema.NODE_FEAT])) for g in graphs], options.structure)
+    records = [{**g, **st, schema.Y: np.zeros(1, np.float32), schema.META: {"idx": i, "num_nodes": len(g[schema.NODE_FEAT])}} for i, (g, st) in enumerate(zip(graphs, structures))]
     task = MoleculeTask("bench", 0, 0, smiles, np.arange(len(smiles)), np.zeros((len(smiles), 1), np.float32))
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -207,7 +207,7 @@ def bench_shard(*, limit: int = 6000, rounds: int = 3, json_path: str | None = N
             "rdkit MolFromSmiles": (len(smiles), lambda: [Chem.MolFromSmiles(s) for s in smiles]),
             "ogb smiles2graph": (len(valid), lambda: [smiles2graph(s) for s in valid]),
             "gtscale featurize": (len(smiles), featurize_all),
-            "gtscale structure": (len(graphs), lambda: structure_many([(g[schema.EDGE_INDEX], len(g[schema.X])) for g in graphs], options.structure)),
+            "gtscale structure": (len(graphs), lambda: structure_many([(g[schema.EDGE_INDEX], len(g[schema.NODE_FEAT])) for g in graphs], options.structure)),
             "gtscale serialize": (len(records), serialize),
             "gtscale full path": (len(smiles), lambda: build_shard(task, out, options, "bench")),
         }
@@ -221,7 +221,7 @@ def bench_shard(*, limit: int = 6000, rounds: int = 3, json_path: str | None = N
         rate = count / statistics.median(seconds[name])
         rows.append({"stage": name, "molecules": count, "mol_per_s": rate, "vs_smiles2graph": rate / baseline})
     full = rows[-1]["mol_per_s"]
-    mean_atoms = float(np.mean([len(g[schema.X]) for g in graphs]))
+    mean_atoms = float(np.mean([len(g[schema.NODE_FEAT]) for g in graphs]))
     result = {
         "molecules": len(smiles),
         "mean_atoms": mean_atoms,

@@ -96,14 +96,14 @@ def decode_array(data: memoryview | bytes, name: str) -> np.ndarray:
 
 def _check_shapes(arrays: Mapping[str, np.ndarray], n: int) -> str | None:
     """Why the arrays break the record contract for a graph of n nodes, or None."""
-    feature_key = schema.X if schema.X in arrays else schema.X_FLOAT
+    feature_key = schema.NODE_FEAT if schema.NODE_FEAT in arrays else schema.NODE_FEAT_FLOAT
     if arrays[feature_key].ndim != 2:
         return f"{feature_key} has shape {arrays[feature_key].shape}, expected [N, F]"
-    edge_index, edge_attr = arrays[schema.EDGE_INDEX], arrays.get(schema.EDGE_ATTR)
+    edge_index, edge_feat = arrays[schema.EDGE_INDEX], arrays.get(schema.EDGE_FEAT)
     if edge_index.ndim != 2 or edge_index.shape[0] != 2:
         return f"edge_index has shape {edge_index.shape}, expected [2, E]"
-    if edge_attr is not None and (edge_attr.ndim != 2 or edge_attr.shape[0] != edge_index.shape[1]):
-        return f"edge_index {edge_index.shape} and edge_attr {edge_attr.shape} do not describe the same E edges"
+    if edge_feat is not None and (edge_feat.ndim != 2 or edge_feat.shape[0] != edge_index.shape[1]):
+        return f"edge_index {edge_index.shape} and edge_feat {edge_feat.shape} do not describe the same E edges"
     if edge_index.size and (edge_index.min() < 0 or edge_index.max() >= n):
         return f"edge_index holds node ids outside 0..{n - 1}"
     expected = {
@@ -117,24 +117,24 @@ def _check_shapes(arrays: Mapping[str, np.ndarray], n: int) -> str | None:
             return f"{key} has shape {array.shape}, expected [G]"
         if key in (schema.SVD_PE, schema.LAP_PE) and (array.ndim != 2 or array.shape[0] != n):
             return f"{key} has shape {array.shape}, expected [{n}, *]"
-    targets = arrays.get(schema.TARGET_NODES)
+    targets = arrays.get(schema.TARGET_POS)
     if targets is not None:
         if targets.ndim != 1 or (targets.size and (targets.min() < 0 or targets.max() >= n)):
-            return f"target_nodes {targets.shape} must be a vector of node indices in 0..{n - 1}"
+            return f"target_pos {targets.shape} must be a vector of node indices in 0..{n - 1}"
         labels = arrays.get(schema.TARGET_Y)
         if labels is not None and labels.shape != targets.shape:
-            return f"target_y has shape {labels.shape}, target_nodes {targets.shape}: one label per target"
+            return f"target_y has shape {labels.shape}, target_pos {targets.shape}: one label per target"
     return None
 
 
 def _feature_keys(members: Mapping[str, memoryview], shard: str, key: str) -> tuple[str, ...]:
-    """The node-feature key of this record and the keys that go with it: x with edge_attr
-    (categorical, molecules) or x_float alone (continuous, sampled subgraphs)."""
-    if "x.npy" in members:
-        return (schema.X, schema.EDGE_ATTR)
-    if "x_float.npy" in members:
-        return (schema.X_FLOAT,)
-    raise ShardError(shard, key, "no x.npy or x_float.npy (node features), which every record has (incomplete sample)")
+    """The node-feature key of this record and the keys that go with it: node_feat with edge_feat
+    (categorical, molecules) or node_feat_float alone (continuous, sampled subgraphs)."""
+    if f"{schema.NODE_FEAT}.npy" in members:
+        return (schema.NODE_FEAT, schema.EDGE_FEAT)
+    if f"{schema.NODE_FEAT_FLOAT}.npy" in members:
+        return (schema.NODE_FEAT_FLOAT,)
+    raise ShardError(shard, key, f"no {schema.NODE_FEAT}.npy or {schema.NODE_FEAT_FLOAT}.npy (node features), which every record has (incomplete sample)")
 
 
 def decode_record(key: str, members: Mapping[str, memoryview], shard: str, keys: Iterable[str]) -> Record:

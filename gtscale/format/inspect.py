@@ -99,8 +99,8 @@ def preview_split(manifest: dict, requested: str | None) -> str | None:
     return requested
 
 
-def preview(path: Path) -> None:
-    for key, record in iter_shard(path):
+def preview(path: Path, schema_version: int) -> None:
+    for key, record in iter_shard(path, schema_version):
         print("\n".join(describe_record(key, record)))
         break
 
@@ -121,7 +121,7 @@ def inspect_shards(path: str, verify_all: bool = False, split: str | None = None
             problem = read_problem(first)
             if problem:
                 raise UserError(f"{first}: {problem}; run gtscale inspect --verify to check every shard")
-            preview(first)
+            preview(first, manifest["schema_version"])
         return 0
     # Every shard is checked before anything is decoded for show, so one bad shard cannot hide the rest.
     problems, good = verify(manifest)
@@ -129,7 +129,7 @@ def inspect_shards(path: str, verify_all: bool = False, split: str | None = None
         print(f"FAIL {line}")
     shown = next((p for p in shards if p in good), None)
     if shown is not None:
-        preview(root / shown)
+        preview(root / shown, manifest["schema_version"])
     elif shards:
         print(f"no shard of split {split!r} verified: no record shown")
     print(f"verify: {'OK' if not problems else f'{len(problems)} problem(s)'}")

@@ -23,7 +23,7 @@ REJECTS_FILE = "rejects.tsv"
 
 # --- task kinds ------------------------------------------------------------------------------
 #: manifest task.type of node tasks: labelled target nodes of sampled subgraphs (`gtscale shard
-#: graph-ego`, or a graph store sampled online), read as target_y at target_nodes.
+#: graph-ego`, or a graph store sampled online), read as target_y at target_pos.
 NODE_TASK = "node_binary_classification"
 #: What a manifest without task.type holds. Every type but NODE_TASK (the sharder writes
 #: graph_regression or graph_classification) is a graph task: targets y per record.

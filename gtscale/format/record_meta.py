@@ -22,7 +22,7 @@ def split_meta(manifest: dict, split: str) -> tuple[list[dict], np.ndarray]:
     targets = int(manifest.get("task", {}).get("num_targets", 0))
     rows = []
     for entry in manifest_shards(manifest, split):
-        for key, members in iter_samples(read_shard(entry, verify=True), entry.name):
+        for key, members in iter_samples(read_shard(entry, verify=True), entry.name, entry.schema_version):
             try:
                 meta = json.loads(bytes(members["meta.json"]))
                 idx = int(meta["idx"])

@@ -6,31 +6,40 @@ records with these keys; the loader reads them; the models see the shifted featu
 A record is one graph. In a shard each key is a tar member ``<sample key>.<record key>.npy``
 (``meta`` is ``.json``). Arrays use the smallest dtype that holds their values.
 
-| key          | dtype, shape                | meaning                                                |
-| ------------ | --------------------------- | ------------------------------------------------------ |
-| x            | uint8/int16 [N, F]          | categorical node features, raw (0-based) OGB values    |
-| edge_index   | int16/int32 [2, E]          | directed edges, both directions for undirected graphs  |
-| edge_attr    | uint8 [E, Fe]               | categorical edge features, raw (0-based)               |
-| spd          | uint8 [N, N]                | shortest-path hops, SPD_UNREACHABLE where no path      |
-| pred         | uint8/uint16 [N, N]         | pred[i, j]: node before j on a shortest i→j path       |
-| fw_mid       | uint8/uint16 [N, N]         | Graphormer's Floyd–Warshall intermediate node of i→j   |
-| in_degree    | uint8/uint16 [N]            | number of edges ending at the node                     |
-| out_degree   | uint8/uint16 [N]            | number of edges starting at the node                   |
-| svd_pe       | float16 [N, 2r]             | U√Σ ‖ V√Σ of A+I, top r triplets, zero-padded if N < r |
-| lap_pe       | float16 [N, k]              | eigenvectors of the normalised Laplacian, ascending    |
-| lap_eigval   | float16 [k]                 | their eigenvalues; zero-padded if N < k                |
-| y            | float32 [T]                 | graph targets, NaN where unlabelled                    |
-| node_y       | float32 [N]                 | node targets (node tasks), NaN where unlabelled        |
-| meta         | json                        | idx in the source, num_nodes, num_edges (+ center; molecules: smiles, name) |
-| x_float      | float16 [N, F]              | continuous node features (graphs that are not molecules)|
-| node_id      | int64 [N]                   | global node id in the big graph (sampled subgraphs)    |
-| target_nodes | int16/int32 [T]             | local index of each labelled node (ego: [0], the target)|
-| target_y     | float32 [T]                 | label of target_nodes[t] (node tasks), NaN unknown     |
-| graph_feat   | float16 [G]                 | molecule-level input features (prep/graph_features.py) |
+| key             | dtype, shape        | meaning                                                                     |
+| --------------- | ------------------- | --------------------------------------------------------------------------- |
+| node_feat       | uint8/int16 [N, F]  | categorical node features, raw (0-based) OGB values                         |
+| edge_index      | int16/int32 [2, E]  | directed edges, both directions for undirected graphs                       |
+| edge_feat       | uint8 [E, Fe]       | categorical edge features, raw (0-based)                                    |
+| spd             | uint8 [N, N]        | shortest-path hops, SPD_UNREACHABLE where no path                           |
+| pred            | uint8/uint16 [N, N] | pred[i, j]: node before j on a shortest i→j path                            |
+| fw_mid          | uint8/uint16 [N, N] | Graphormer's Floyd–Warshall intermediate node of i→j                        |
+| in_degree       | uint8/uint16 [N]    | number of edges ending at the node                                          |
+| out_degree      | uint8/uint16 [N]    | number of edges starting at the node                                        |
+| svd_pe          | float16 [N, 2r]     | U√Σ ‖ V√Σ of A+I, top r triplets, zero-padded if N < r                      |
+| lap_pe          | float16 [N, k]      | eigenvectors of the normalised Laplacian, ascending                         |
+| lap_eigval      | float16 [k]         | their eigenvalues; zero-padded if N < k                                     |
+| y               | float32 [T]         | graph targets, NaN where unlabelled                                         |
+| node_y          | float32 [N]         | node targets (node tasks), NaN where unlabelled                             |
+| meta            | json                | idx in the source, num_nodes, num_edges (+ center; molecules: smiles, name) |
+| node_feat_float | float16 [N, F]      | continuous node features (graphs that are not molecules)                    |
+| node_id         | int64 [N]           | each node's id in the big graph (sampled subgraphs)                         |
+| target_pos      | int16/int32 [T]     | position in this graph of each labelled node (ego: [0], the target)         |
+| target_y        | float32 [T]         | label of the node at target_pos[t] (node tasks), NaN unknown                |
+| graph_feat      | float16 [G]         | molecule-level input features (prep/graph_features.py)                      |
 
-Schema version 2 added the last four keys (sampled subgraphs of huge graphs); version-1
-shards hold none of them and stay readable (READABLE_SCHEMA_VERSIONS). In an ego-subgraph record
-meta.idx is the target's global node id and the record has x_float in place of x and no edge_attr.
+The names are those of the `Batch` fields they become: node_feat here is node_feat there (shifted
+by FEATURE_SHIFT), target_pos here is Batch.target_pos. A node_ prefix means one value per node, a
+target_ prefix one per target: node_id (every node's id in the big graph) and the Batch's target_id
+(each target's, node_id[target_pos]) pair as node_y and target_y do.
+
+Schema version 2 added node_feat_float, node_id, target_pos and target_y (sampled subgraphs of
+huge graphs); version-1 shards hold none of them. Version 3 renamed x, edge_attr, x_float and
+target_nodes to node_feat, edge_feat, node_feat_float and target_pos (RENAMED_KEYS). Shards of
+every version in READABLE_SCHEMA_VERSIONS stay readable: the shard reader
+(format.shardfile.iter_samples) gives an older shard's members their current names, and nothing
+past it sees the old ones. In an ego-subgraph record meta.idx is the target's global node id and
+the record has node_feat_float in place of node_feat and no edge_feat.
 
 A molecule's meta also holds its SMILES as the source gave it (META_SMILES), so that what reads
 molecules rather than graphs (the ECFP and kernel baselines) finds them in the shards; and its
@@ -53,14 +62,14 @@ from typing import NamedTuple
 import numpy as np
 
 #: Version of the record layout; stored in every manifest and checked by the loader.
-SCHEMA_VERSION = 2
-#: Versions this code reads: each version only added keys to the one before.
-READABLE_SCHEMA_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3
+#: Versions this code reads: version 2 only added keys to version 1, version 3 only renamed keys.
+READABLE_SCHEMA_VERSIONS = (1, 2, 3)
 
 # --- record keys -------------------------------------------------------------------------
-X = "x"
+NODE_FEAT = "node_feat"
 EDGE_INDEX = "edge_index"
-EDGE_ATTR = "edge_attr"
+EDGE_FEAT = "edge_feat"
 SPD = "spd"
 PRED = "pred"
 FW_MID = "fw_mid"
@@ -74,19 +83,19 @@ NODE_Y = "node_y"
 META = "meta"
 #: The field of a molecule record's meta that holds its SMILES.
 META_SMILES = "smiles"
-X_FLOAT = "x_float"
+NODE_FEAT_FLOAT = "node_feat_float"
 NODE_ID = "node_id"
-TARGET_NODES = "target_nodes"
+TARGET_POS = "target_pos"
 TARGET_Y = "target_y"
 GRAPH_FEAT = "graph_feat"
 #: graph_feat holds 0/1 fingerprint bits and z-scores clipped to ±6: float16 keeps both to ~3 digits.
 GRAPH_FEAT_DTYPE = np.dtype(np.float16)
 
 #: Keys every record has; the rest depend on the transform options. A record's node features are
-#: either categorical (x, with edge_attr: molecules) or continuous (x_float, no edge attributes:
-#: sampled subgraphs); NODE_FEATURE_KEYS lists the choice, the first one present wins.
+#: either categorical (node_feat, with edge_feat: molecules) or continuous (node_feat_float, no edge
+#: features: sampled subgraphs); NODE_FEATURE_KEYS lists the choice, the first one present wins.
 REQUIRED_KEYS = (EDGE_INDEX, META)
-NODE_FEATURE_KEYS = (X, X_FLOAT)
+NODE_FEATURE_KEYS = (NODE_FEAT, NODE_FEAT_FLOAT)
 #: Optional keys decoded together with a requested key when a record has them (never an error when
 #: absent): path edges ask for pred and follow fw_mid instead where the shards carry it.
 DECODED_WITH = {PRED: (FW_MID,)}
@@ -116,12 +125,24 @@ PRODUCED = {
     LAP_EIGVAL: Produced("`gtscale shard --lap-k K` with K > 0", "transform.lap_k", sized=True),
     Y: Produced("a dataset with graph targets", "task.num_targets", sized=True),
     NODE_Y: Produced("a node-task dataset (sampled subgraphs)"),
-    X_FLOAT: Produced(f"{_GRAPH_EGO} (continuous node features)"),
+    NODE_FEAT_FLOAT: Produced(f"{_GRAPH_EGO} (continuous node features)"),
     NODE_ID: Produced(_GRAPH_EGO),
-    TARGET_NODES: Produced(_GRAPH_EGO),
+    TARGET_POS: Produced(_GRAPH_EGO),
     TARGET_Y: Produced(_GRAPH_EGO),
     GRAPH_FEAT: Produced("`gtscale shard --graph-features morgan2048,rdkit2d` (or a subset)", "features.graph", sized=True),
 }
+
+#: Record keys of shards older than schema version 3 (old name → current name). Only the shard
+#: reader reads this table (renamed_members), keyed by the manifest's schema_version.
+RENAMED_KEYS = {"x": NODE_FEAT, "edge_attr": EDGE_FEAT, "x_float": NODE_FEAT_FLOAT, "target_nodes": TARGET_POS}
+_RENAMED_MEMBERS = {f"{old}.npy": f"{new}.npy" for old, new in RENAMED_KEYS.items()}
+
+
+def renamed_members(schema_version: int) -> dict[str, str]:
+    """Member extensions ("x.npy") of shards of `schema_version` → their current names
+    ("node_feat.npy"); empty for current shards."""
+    return _RENAMED_MEMBERS if schema_version in (1, 2) else {}
+
 
 # --- how records are made (manifest transform and features) ------------------------------------
 #: Which shortest path the path edges follow (manifest transform.paths): "bfs" (pred) or

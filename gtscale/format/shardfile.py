@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Iterator
 
 from gtscale.errors import UserError
+from gtscale.format import schema
 
 #: Extensions WebDataset (and torch) would decode by unpickling; a shard must never contain them.
 PICKLE_EXTENSIONS = frozenset({"pyd", "pickle", "pkl", "pth", "pt"})
@@ -57,6 +58,7 @@ class ShardEntry:
     samples: int
     bytes: int | None = None
     sha256: str | None = None
+    schema_version: int = schema.SCHEMA_VERSION  # the manifest's: which names its records' members have
 
     @property
     def path(self) -> Path:
@@ -81,11 +83,12 @@ def manifest_shards(manifest: dict, split: str) -> list[ShardEntry]:
     if split not in splits:
         raise UserError(f"{manifest.get('_dir', 'manifest')}: no split {split!r} (has: {', '.join(sorted(splits)) or 'none'})")
     root = Path(manifest.get("_dir", "."))
+    version = manifest.get("schema_version", schema.SCHEMA_VERSION)
     entries = []
     for i, shard in enumerate(splits[split].get("shards", [])):
         if "path" not in shard or "samples" not in shard:
             raise UserError(f"{root}: manifest splits.{split}.shards[{i}] lacks 'path' or 'samples'")
-        entries.append(ShardEntry(shard["path"], root, int(shard["samples"]), shard.get("bytes"), shard.get("sha256")))
+        entries.append(ShardEntry(shard["path"], root, int(shard["samples"]), shard.get("bytes"), shard.get("sha256"), version))
     return entries
 
 
@@ -171,14 +174,17 @@ def _key_of(name: str) -> str:
     return split_name(name)[0] or name
 
 
-def iter_samples(data: bytes, shard: str) -> Iterator[tuple[str, dict[str, memoryview]]]:
-    """(key, {extension: bytes}) per sample, e.g. ("0000000012", {"x.npy": ..., "meta.json": ...}).
+def iter_samples(data: bytes, shard: str, schema_version: int = schema.SCHEMA_VERSION) -> Iterator[tuple[str, dict[str, memoryview]]]:
+    """(key, {extension: bytes}) per sample, e.g. ("0000000012", {"node_feat.npy": ..., "meta.json": ...}).
 
     The whole archive is checked for truncation before the first sample is yielded, so a
-    truncated shard fails as a unit. Extensions are lower-cased, as WebDataset does."""
+    truncated shard fails as a unit. Extensions are lower-cased, as WebDataset does. Members of a
+    shard of an older `schema_version` (its manifest's) get their current names here
+    (schema.renamed_members: x.npy → node_feat.npy, …): the one place that applies the old names."""
     members = _ustar_members(data, shard)
     if members is None:
         members = _tarfile_members(data, shard)
+    renamed = schema.renamed_members(schema_version)
     key, fields = None, {}
     for name, payload in members:
         base, ext = split_name(name)
@@ -187,6 +193,8 @@ def iter_samples(data: bytes, shard: str) -> Iterator[tuple[str, dict[str, memor
         ext = ext.lower()
         if ext.rsplit(".", 1)[-1] in PICKLE_EXTENSIONS:
             raise ShardError(shard, base, f"member {name} would need unpickling; refusing to load it")
+        if renamed:
+            ext = renamed.get(ext, ext)
         if base != key:
             if key is not None:
                 yield key, fields

@@ -168,13 +168,14 @@ def write_shard(path: str | os.PathLike, samples: Iterable[tuple[str, Mapping[st
         return writer.close()
 
 
-def iter_shard(path: str | os.PathLike):
+def iter_shard(path: str | os.PathLike, schema_version: int = schema.SCHEMA_VERSION):
     """Yield (key, {field: array or meta dict}) of every sample of a shard, all fields decoded.
 
     For inspection and verification: the same reader and checks as training (shardfile.py:
-    truncation, pickle refusal), and .npy decoding that never unpickles."""
+    truncation, pickle refusal, the current names of an older `schema_version`'s keys), and .npy
+    decoding that never unpickles."""
     path = Path(path)
-    for key, members in iter_samples(path.read_bytes(), str(path)):
+    for key, members in iter_samples(path.read_bytes(), str(path), schema_version):
         record = {}
         for ext, payload in members.items():
             field, _, kind = ext.rpartition(".")

@@ -1,7 +1,7 @@
 """The online loader of fan-out neighbourhoods, for the models that attend along edges (sparse
 Energy Transformer, MNA-GT): a batch is `batch_targets` target nodes, each with its k-hop
 neighbourhood sampled from the memory-mapped store with per-hop fan-outs (neighbourhoods.py), as
-one EdgeBatch with a graph per target; only the targets are scored (target_node: each tree's
+one EdgeBatch with a graph per target; only the targets are scored (target_rows: each tree's
 first node). Production GNN stacks train the same way (PyG's NeighborLoader, DGL's neighbour
 samplers); unlike the induced protocol (induced.py), where a node keeps about `fraction` of its
 neighbours, a target here sees up to fanouts[0] of them, and each of those up to fanouts[1] of

@@ -1,8 +1,8 @@
 """Ego-subgraph shards of a graph store: one record per target node of each split.
 
-A record (schema v2) is the target's ego subgraph (gtscale.graphs.sample: target = node 0) with
-its continuous features `x_float`, `edge_index`, the molecular structure keys (spd, pred, degrees,
-SVD/Laplacian encodings, from gtscale.prep.structure), `node_id` (global ids), `target_nodes` [0]
+A record is the target's ego subgraph (gtscale.graphs.sample: target = node 0) with its continuous
+features `node_feat_float`, `edge_index`, the molecular structure keys (spd, pred, degrees,
+SVD/Laplacian encodings, from gtscale.prep.structure), `node_id` (global ids), `target_pos` [0]
 and `target_y` [label of the target]; meta.idx is the target's global id. Shards are cut from the
 sorted target list of each split (shard k: targets [k·S, (k+1)·S)) and written by the driver of
 the molecular shards (gtscale.prep.driver: plan.json, tars, parts, then manifest.json by
@@ -76,10 +76,10 @@ def subgraph_records(store: GraphStore, subgraphs: list[EgoSubgraph], options: E
     for sub, extra, x, label, n in zip(subgraphs, structures, features, labels, sizes):
         dtype = schema.index_dtype(n)
         records.append({
-            schema.X_FLOAT: x,
+            schema.NODE_FEAT_FLOAT: x,
             schema.EDGE_INDEX: sub.edge_index.astype(dtype),
             schema.NODE_ID: sub.nodes.astype(np.int64, copy=False),  # the sampler's ids are int64 already
-            schema.TARGET_NODES: np.zeros(1, dtype),
+            schema.TARGET_POS: np.zeros(1, dtype),
             schema.TARGET_Y: label.reshape(1),
             schema.META: {"idx": sub.target, "center": 0, "num_nodes": n, "num_edges": int(sub.edge_index.shape[1])},
             **extra,

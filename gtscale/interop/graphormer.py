@@ -146,7 +146,7 @@ def model_config(state: dict, options: dict, where: str) -> dict:
     cfg = {
         "name": "graphormer",
         "num_layers": layers,
-        "hidden_dim": width,
+        "node_width": width,  # the authors' encoder_embed_dim
         "ffn_dim": shape_of(state, ENC + "layers.0.fc1.weight", where)[0],
         "num_heads": heads,
         "num_in_degree": shape_of(state, ENC + "graph_node_feature.in_degree_encoder.weight", where)[0],

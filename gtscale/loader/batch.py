@@ -22,7 +22,7 @@ FILLER_IDX = -1
 _LAYOUT = {
     "node_feat": 2, "node_mask": 2, "edge_feat": 3, "spd": 3, "in_degree": 2, "out_degree": 2, "svd_pe": 2, "lap_pe": 2,
     "lap_eigval": 1, "path_edges": 3, "y": 1, "y_mask": 1, "node_y": 2, "node_y_mask": 2, "idx": 1, "node_feat_float": 2,
-    "target_node": 1, "target_id": 1, "target_y": 1, "target_y_mask": 1, "graph_feat": 1,
+    "target_pos": 1, "target_id": 1, "target_y": 1, "target_y_mask": 1, "graph_feat": 1,
 }
 #: Padding values other than 0 / False.
 _FILL = {"spd": SPD_UNREACHABLE, "idx": FILLER_IDX, "target_id": FILLER_IDX}
@@ -46,7 +46,7 @@ class Batch:
     node_y_mask: Optional[torch.Tensor] = None  # bool [B, N]
     idx: Optional[torch.Tensor] = None  # long [B]; the graph's idx in the source dataset (ego subgraph: the target's global id)
     node_feat_float: Optional[torch.Tensor] = None  # float [B, N, F]; continuous node features (node_feat is then [B, N, 0]); 0 on padding
-    target_node: Optional[torch.Tensor] = None  # long [B, T]; position of each target node in its graph (0 on padding)
+    target_pos: Optional[torch.Tensor] = None  # long [B, T]; position of each target node in its graph (0 on padding)
     target_id: Optional[torch.Tensor] = None  # long [B, T]; its global node id, −1 (FILLER_IDX) on padding and filler graphs
     target_y: Optional[torch.Tensor] = None  # float [B, T]; its label, 0 where target_y_mask is False
     target_y_mask: Optional[torch.Tensor] = None  # bool [B, T]; True where labelled
@@ -81,7 +81,9 @@ class Batch:
         return self.node_mask.shape[0]
 
     @property
-    def max_nodes(self) -> int:
+    def max_graph_nodes(self) -> int:
+        """N, the node slots of each graph: the largest graph's nodes, or more in a padded batch
+        (EdgeBatch.max_graph_nodes is the same count for edge lists)."""
         return self.node_mask.shape[1]
 
     def to(self, device, non_blocking: bool = False) -> "Batch":

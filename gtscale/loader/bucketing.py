@@ -50,12 +50,12 @@ class Batcher(Generic[T]):
         self.pad_to_bucket = pad_to_bucket
         self._open: dict[int, tuple[list[T], int]] = {}  # bucket → (items, max nodes)
 
-    def _fits(self, count: int, max_nodes: int) -> bool:
+    def _fits(self, count: int, max_graph_nodes: int) -> bool:
         if self.max_graphs:
             return count <= self.max_graphs
-        if count * max_nodes > self.node_budget:
+        if count * max_graph_nodes > self.node_budget:
             return False
-        return not self.pair_budget or count * max_nodes * max_nodes <= self.pair_budget
+        return not self.pair_budget or count * max_graph_nodes * max_graph_nodes <= self.pair_budget
 
     def add(self, item: T, num_nodes: int) -> list[list[T]]:
         """Add one graph; returns the batches this closes (none, one, or two when a graph that
@@ -63,17 +63,17 @@ class Batcher(Generic[T]):
         bucket = bisect.bisect_right(self.boundaries, num_nodes)
         if self.pad_to_bucket and bucket < len(self.boundaries):
             num_nodes = self.boundaries[bucket] - 1
-        items, max_nodes = self._open.pop(bucket, ([], 0))
+        items, max_graph_nodes = self._open.pop(bucket, ([], 0))
         closed = []
-        if items and not self._fits(len(items) + 1, max(max_nodes, num_nodes)):
+        if items and not self._fits(len(items) + 1, max(max_graph_nodes, num_nodes)):
             closed.append(items)
-            items, max_nodes = [], 0
+            items, max_graph_nodes = [], 0
         items.append(item)
-        max_nodes = max(max_nodes, num_nodes)
-        if not self._fits(len(items) + 1, max_nodes):  # full: no further graph of <= max_nodes fits
+        max_graph_nodes = max(max_graph_nodes, num_nodes)
+        if not self._fits(len(items) + 1, max_graph_nodes):  # full: no further graph of <= max_graph_nodes fits
             closed.append(items)
         else:
-            self._open[bucket] = (items, max_nodes)
+            self._open[bucket] = (items, max_graph_nodes)
         return closed
 
     def flush(self) -> list[list[T]]:

@@ -6,12 +6,12 @@ ones), whose row-major order of True entries is exactly the row-major order of e
 array. Edges go through flat indices (b·N + u)·N + v. There is no per-graph Python loop beyond
 gathering the arrays.
 
-Node features are categorical (x → node_feat, molecules) or continuous (x_float → node_feat_float,
-sampled subgraphs of huge graphs; node_feat is then long [B, N, 0]). A record without edge_attr
-gets one edge-feature column whose only value says "an edge is here" (1 in edge_feat, 0 = no
+Node features are categorical (node_feat, molecules) or continuous (node_feat_float, sampled
+subgraphs of huge graphs; node_feat is then long [B, N, 0]). A record without edge_feat gets one
+edge-feature column whose only value says "an edge is here" (1 in edge_feat, 0 = no
 edge): models see the adjacency through the edge tables with edge_vocab [1].
 
-Node targets (key target_y): target_node [B, T] is each labelled node's position in its graph,
+Node targets (key target_y): target_pos [B, T] is each labelled node's position in its graph,
 target_id [B, T] its global node id (FILLER_IDX on padding and filler graphs), target_y and
 target_y_mask its label, with T the most targets of a graph in the batch (1 for ego subgraphs).
 
@@ -43,7 +43,7 @@ BATCH_KEYS = (
     schema.TARGET_Y, schema.GRAPH_FEAT,
 )
 #: Record keys a Batch key needs besides its own.
-_COMPANIONS = {schema.TARGET_Y: (schema.TARGET_NODES, schema.NODE_ID)}
+_COMPANIONS = {schema.TARGET_Y: (schema.TARGET_POS, schema.NODE_ID)}
 
 
 
@@ -103,17 +103,17 @@ def collate(records: Sequence[Record], keys: Sequence[str] = (), max_dist: int =
     fields: dict[str, np.ndarray] = {"node_mask": node_mask}
     edge_counts = [r.arrays[schema.EDGE_INDEX].shape[1] for r in records]
     if _continuous(records):
-        fields["node_feat_float"] = per_node(schema.X_FLOAT, np.float32, 0.0)
+        fields["node_feat_float"] = per_node(schema.NODE_FEAT_FLOAT, np.float32, 0.0)
         fields["node_feat"] = np.zeros((b, n, 0), np.int64)
-        edge_attr = np.full((sum(edge_counts), 1), schema.FEATURE_SHIFT, np.int64)  # one column: "an edge"
+        edge_rows = np.full((sum(edge_counts), 1), schema.FEATURE_SHIFT, np.int64)  # one column: "an edge"
     else:
-        x = _gather(records, schema.X).astype(np.int64) + schema.FEATURE_SHIFT
-        fields["node_feat"] = per_node(schema.X, np.int64, schema.FEATURE_PAD, x)
-        edge_attr = _gather(records, schema.EDGE_ATTR).astype(np.int64) + schema.FEATURE_SHIFT
+        node_rows = _gather(records, schema.NODE_FEAT).astype(np.int64) + schema.FEATURE_SHIFT
+        fields["node_feat"] = per_node(schema.NODE_FEAT, np.int64, schema.FEATURE_PAD, node_rows)
+        edge_rows = _gather(records, schema.EDGE_FEAT).astype(np.int64) + schema.FEATURE_SHIFT
     edge_index = np.concatenate([r.arrays[schema.EDGE_INDEX] for r in records], axis=1).astype(np.int64)
     edge_graph = np.repeat(np.arange(b), edge_counts)
-    edge_feat = np.full((b * n * n, edge_attr.shape[1]), schema.FEATURE_PAD, dtype=np.int64)
-    edge_feat[(edge_graph * n + edge_index[0]) * n + edge_index[1]] = edge_attr
+    edge_feat = np.full((b * n * n, edge_rows.shape[1]), schema.FEATURE_PAD, dtype=np.int64)
+    edge_feat[(edge_graph * n + edge_index[0]) * n + edge_index[1]] = edge_rows
     fields["edge_feat"] = edge_feat.reshape(b, n, n, -1)
 
     spd = per_pair(schema.SPD, schema.SPD_UNREACHABLE) if (schema.SPD in keys or max_dist > 0) else None
@@ -150,14 +150,14 @@ def collate(records: Sequence[Record], keys: Sequence[str] = (), max_dist: int =
     if schema.GRAPH_FEAT in keys:
         fields["graph_feat"] = _stack(records, schema.GRAPH_FEAT).astype(np.float32)
     if max_dist > 0:
-        fields["path_edges"] = _path_edges(records, sizes, pair_mask, spd, edge_index, edge_graph, edge_attr, max_dist)
+        fields["path_edges"] = _path_edges(records, sizes, pair_mask, spd, edge_index, edge_graph, edge_rows, max_dist)
     fields["idx"] = np.fromiter((r.idx for r in records), dtype=np.int64, count=b)
     return Batch(**{k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in fields.items()})
 
 
 def _continuous(records: Sequence[Record]) -> bool:
-    """Whether the batch's node features are x_float (else x); a batch never mixes the two."""
-    return _all_or_none(records, schema.X_FLOAT, ("x (categorical) node features", "x_float (continuous) node features"))
+    """Whether the batch's node features are node_feat_float (else node_feat); a batch never mixes the two."""
+    return _all_or_none(records, schema.NODE_FEAT_FLOAT, ("node_feat (categorical) node features", "node_feat_float (continuous) node features"))
 
 
 def _all_or_none(records: Sequence[Record], key: str, kinds: tuple[str, str]) -> bool:
@@ -171,22 +171,22 @@ def _all_or_none(records: Sequence[Record], key: str, kinds: tuple[str, str]) ->
 
 
 def _targets(records: Sequence[Record]) -> dict[str, np.ndarray]:
-    """target_node, target_id, target_y, target_y_mask [B, T], padded with FILLER_IDX / unlabelled."""
-    counts = np.array([len(r.arrays[schema.TARGET_NODES]) for r in records])
+    """target_pos, target_id, target_y, target_y_mask [B, T], padded with FILLER_IDX / unlabelled."""
+    counts = np.array([len(r.arrays[schema.TARGET_POS]) for r in records])
     t = max(int(counts.max()), 1)
     slot = np.arange(t) < counts[:, None]
-    local = np.concatenate([r.arrays[schema.TARGET_NODES] for r in records]).astype(np.int64)
-    global_ids = np.concatenate([r.arrays[schema.NODE_ID][r.arrays[schema.TARGET_NODES].astype(np.int64)] for r in records]).astype(np.int64)
+    local = np.concatenate([r.arrays[schema.TARGET_POS] for r in records]).astype(np.int64)
+    global_ids = np.concatenate([r.arrays[schema.NODE_ID][r.arrays[schema.TARGET_POS].astype(np.int64)] for r in records]).astype(np.int64)
     labels = np.concatenate([r.arrays[schema.TARGET_Y] for r in records]).astype(np.float32)
-    target_node, target_id = np.zeros(slot.shape, np.int64), np.full(slot.shape, FILLER_IDX, np.int64)
+    target_pos, target_id = np.zeros(slot.shape, np.int64), np.full(slot.shape, FILLER_IDX, np.int64)
     target_y = np.full(slot.shape, np.nan, np.float32)
-    target_node[slot], target_id[slot], target_y[slot] = local, global_ids, labels
+    target_pos[slot], target_id[slot], target_y[slot] = local, global_ids, labels
     labelled = ~np.isnan(target_y)
-    return {"target_node": target_node, "target_id": target_id, "target_y": np.where(labelled, target_y, 0.0).astype(np.float32),
+    return {"target_pos": target_pos, "target_id": target_id, "target_y": np.where(labelled, target_y, 0.0).astype(np.float32),
             "target_y_mask": labelled}
 
 
-def _path_edges(records, sizes, pair_mask, spd, edge_index, edge_graph, edge_attr, max_dist) -> np.ndarray:
+def _path_edges(records, sizes, pair_mask, spd, edge_index, edge_graph, edge_rows, max_dist) -> np.ndarray:
     """Path edges along pred's paths, or along fw_mid's (Graphormer's Floyd–Warshall choice) when
     the records carry it (shards made with --paths floyd-warshall)."""
     b, n = pair_mask.shape[:2]
@@ -200,7 +200,7 @@ def _path_edges(records, sizes, pair_mask, spd, edge_index, edge_graph, edge_att
     except PathError as err:
         odd = records[err.graph]
         raise ShardError(odd.shard, odd.key, str(err)) from None
-    return path_edges(edge_attr, ids)
+    return path_edges(edge_rows, ids)
 
 
 def _path_rule(records: Sequence[Record]) -> str:

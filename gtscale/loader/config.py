@@ -69,13 +69,13 @@ class LoaderConfig:
             return Batcher(max_graphs=self.batch_size, boundaries=boundaries)
         return Batcher(node_budget=self.node_budget, pair_budget=self.pair_budget, boundaries=boundaries, pad_to_bucket=self.pad_to_bucket)
 
-    def static_shape(self, max_nodes: int) -> tuple[int, int]:
-        """(graphs, nodes) every batch whose largest graph has `max_nodes` nodes is padded to
+    def static_shape(self, max_graph_nodes: int) -> tuple[int, int]:
+        """(graphs, nodes) every batch whose largest graph has `max_graph_nodes` nodes is padded to
         under pad_to_bucket: its bucket's largest size, and as many graphs as the batcher lets
         a batch of that size hold (a graph larger than the budget on its own: a batch of one)."""
         boundaries = self.bucket_boundaries or geometric_boundaries(self.bucket_ratio)
-        bucket = bisect.bisect_right(boundaries, max_nodes)
-        nodes = boundaries[bucket] - 1 if bucket < len(boundaries) else max_nodes
+        bucket = bisect.bisect_right(boundaries, max_graph_nodes)
+        nodes = boundaries[bucket] - 1 if bucket < len(boundaries) else max_graph_nodes
         if self.batching == "graphs":
             return self.batch_size, nodes
         graphs = self.node_budget // nodes

@@ -11,24 +11,26 @@ its graphs and renumbers their edges into one global list:
     graph_index  long  [N_tot]      which graph each node belongs to (0..B-1, non-decreasing)
     lap_pe       float [N_tot, k]   Laplacian eigenvectors (or None)
     node_y, node_y_mask  [N_tot]    per-node targets and whether each is labelled (or None)
-    target_node  long  [K]          nodes whose outputs are scored (a sampled subgraph's seed nodes), or None = all:
+    target_rows  long  [K]          rows (of N_tot) whose outputs are scored (a sampled subgraph's seed nodes), or None = all:
                                     a model's node output then has one row per target, in this order (see below)
     target_id    long  [K]          node tasks on a huge graph: each target's global node id (FILLER_IDX on a filler batch)
     target_y, target_y_mask [K]     … its label (0/1 as float) and whether it is known
     y, y_mask    [B, T]             graph targets (or None)
 
-The field names are Batch's (node_feat_float, edge_feat, target_node, …): a field present in both
-means the same thing in both, laid out per node / edge instead of per padded graph.
+The field names are Batch's (node_feat_float, edge_feat, target_id, …): a field present in both
+means the same thing in both, laid out per node / edge instead of per padded graph. The scored
+nodes are the exception, and are named apart: a Batch's target_pos [B, T] are positions within
+each graph, an EdgeBatch's target_rows [K] are rows of the concatenated nodes.
 
-Only the targets are read. So a model taking an EdgeBatch with target_node returns the targets'
+Only the targets are read. So a model taking an EdgeBatch with target_rows returns the targets'
 node rows alone, [K, d] (as DGL's message-flow graphs return their destination nodes), and may
 leave out what no target depends on: the sparse ET runs its last steps only where they still reach
 a target (gtscale/models/et/sparse.py), which on fan-out neighbourhoods is a small share of the
 nodes.
 
 Producers: `collate_edges(records, keys)` from decoded shard records (each record one graph; a
-record may carry a float array "x_float" next to the categorical "x", and "target_nodes", the
-node ids within its graph that are scored), and `EdgeBatch.from_dense(batch)` from a dense Batch (its
+record may carry a float array "node_feat_float" next to the categorical "node_feat", and
+"target_pos", the positions within its graph of the nodes that are scored), and `EdgeBatch.from_dense(batch)` from a dense Batch (its
 edge_feat ≠ 0 entries become the edges). A huge-graph sampler produces records of this shape and
 needs nothing else from this module.
 """
@@ -58,7 +60,7 @@ class EdgeBatch:
     lap_pe: Optional[torch.Tensor] = None
     node_y: Optional[torch.Tensor] = None
     node_y_mask: Optional[torch.Tensor] = None
-    target_node: Optional[torch.Tensor] = None
+    target_rows: Optional[torch.Tensor] = None
     target_id: Optional[torch.Tensor] = None
     target_y: Optional[torch.Tensor] = None
     target_y_mask: Optional[torch.Tensor] = None
@@ -132,7 +134,7 @@ def _concat(records: Sequence[Record], key: str) -> np.ndarray:
 
 def collate_edges(records: Sequence[Record], keys: Sequence[str] = ()) -> EdgeBatch:
     """EdgeBatch of `records` (one graph each) with the optional keys asked for: lap_pe, y,
-    node_y, x_float, target_nodes. Node ids of each record are offset by the nodes before it."""
+    node_y, node_feat_float, target_pos. Node ids of each record are offset by the nodes before it."""
     sizes = np.fromiter((r.num_nodes for r in records), dtype=np.int64, count=len(records))
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     edges = []
@@ -144,12 +146,12 @@ def collate_edges(records: Sequence[Record], keys: Sequence[str] = ()) -> EdgeBa
     out: dict = {
         "edge_index": np.concatenate(edges, axis=1) if edges else np.zeros((2, 0), np.int64),
         "graph_index": np.repeat(np.arange(len(records)), sizes),
-        "node_feat": _concat(records, schema.X).astype(np.int64) + schema.FEATURE_SHIFT,
-        "edge_feat": _concat(records, schema.EDGE_ATTR).astype(np.int64) + schema.FEATURE_SHIFT,
+        "node_feat": _concat(records, schema.NODE_FEAT).astype(np.int64) + schema.FEATURE_SHIFT,
+        "edge_feat": _concat(records, schema.EDGE_FEAT).astype(np.int64) + schema.FEATURE_SHIFT,
         "idx": np.fromiter((r.idx for r in records), dtype=np.int64, count=len(records)),
     }
-    if schema.X_FLOAT in keys:
-        out["node_feat_float"] = _concat(records, schema.X_FLOAT).astype(np.float32)
+    if schema.NODE_FEAT_FLOAT in keys:
+        out["node_feat_float"] = _concat(records, schema.NODE_FEAT_FLOAT).astype(np.float32)
     if schema.LAP_PE in keys:
         out["lap_pe"] = _concat(records, schema.LAP_PE).astype(np.float32)
     if schema.NODE_Y in keys:
@@ -158,7 +160,7 @@ def collate_edges(records: Sequence[Record], keys: Sequence[str] = ()) -> EdgeBa
     if schema.Y in keys:
         y = np.stack([r.arrays[schema.Y] for r in records]).astype(np.float32).reshape(len(records), -1)
         out["y_mask"], out["y"] = ~np.isnan(y), np.nan_to_num(y, nan=0.0)
-    if schema.TARGET_NODES in keys:
-        out["target_node"] = np.concatenate([r.arrays[schema.TARGET_NODES].astype(np.int64) + off for r, off in zip(records, offsets)])
+    if schema.TARGET_POS in keys:
+        out["target_rows"] = np.concatenate([r.arrays[schema.TARGET_POS].astype(np.int64) + off for r, off in zip(records, offsets)])
     tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in out.items()}
     return EdgeBatch(num_graphs=len(records), **tensors)

@@ -22,11 +22,11 @@ def filler_record(manifest: dict, keys: tuple[str, ...]) -> Record:
     svd_rank, lap_k, targets = (int(manifest_entry(manifest, schema.PRODUCED[key].entry) or 0) for key in (schema.SVD_PE, schema.LAP_PE, schema.Y))
     features = manifest.get("features", {})
     if "node_float" in features:  # continuous node features (sampled subgraphs): no edge attributes
-        node_features = {schema.X_FLOAT: np.zeros((1, int(features["node_float"])), np.float16)}
+        node_features = {schema.NODE_FEAT_FLOAT: np.zeros((1, int(features["node_float"])), np.float16)}
     else:
         node_features = {
-            schema.X: np.zeros((1, len(features.get("node", schema.ATOM_FEATURE_DIMS))), np.uint8),
-            schema.EDGE_ATTR: np.zeros((0, len(features.get("edge", schema.BOND_FEATURE_DIMS))), np.uint8),
+            schema.NODE_FEAT: np.zeros((1, len(features.get("node", schema.ATOM_FEATURE_DIMS))), np.uint8),
+            schema.EDGE_FEAT: np.zeros((0, len(features.get("edge", schema.BOND_FEATURE_DIMS))), np.uint8),
         }
     arrays = {
         **node_features,
@@ -40,7 +40,7 @@ def filler_record(manifest: dict, keys: tuple[str, ...]) -> Record:
         schema.LAP_EIGVAL: np.zeros(lap_k, np.float16),
         schema.Y: np.full(targets, np.nan, np.float32),
         schema.NODE_Y: np.full(1, np.nan, np.float32),
-        schema.TARGET_NODES: np.zeros(0, np.int16),  # no target: target_id FILLER_IDX, unlabelled
+        schema.TARGET_POS: np.zeros(0, np.int16),  # no target: target_id FILLER_IDX, unlabelled
         schema.TARGET_Y: np.zeros(0, np.float32),
         schema.NODE_ID: np.full(1, FILLER_IDX, np.int64),
         schema.GRAPH_FEAT: np.zeros(int(features.get("graph", {}).get("dim", 0)), schema.GRAPH_FEAT_DTYPE),

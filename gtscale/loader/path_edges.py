@@ -35,12 +35,12 @@ class PathError(ValueError):
         self.graph = graph
 
 
-def edge_id_table(edge_index: np.ndarray, graph_of_edge: np.ndarray, batch_size: int, max_nodes: int) -> np.ndarray:
+def edge_id_table(edge_index: np.ndarray, graph_of_edge: np.ndarray, batch_size: int, max_graph_nodes: int) -> np.ndarray:
     """Flat [B·N·N] int64 table: row of edge u→v in the concatenated edge list, -1 where none.
 
     With parallel edges the last one listed wins (the same one the dense edge_feat shows)."""
-    table = np.full(batch_size * max_nodes * max_nodes, -1, dtype=np.int64)
-    flat = (graph_of_edge * max_nodes + edge_index[0]) * max_nodes + edge_index[1]
+    table = np.full(batch_size * max_graph_nodes * max_graph_nodes, -1, dtype=np.int64)
+    flat = (graph_of_edge * max_graph_nodes + edge_index[0]) * max_graph_nodes + edge_index[1]
     table[flat] = np.arange(edge_index.shape[1], dtype=np.int64)
     return table
 
@@ -175,16 +175,16 @@ def _check_halves(pairs: np.ndarray, left: np.ndarray, right: np.ndarray, hops: 
         raise PathError(int(bad[0]) // (n * n), f"pair (i, j) = {divmod(int(bad[0]) % (n * n), n)}: fw_mid is not on a shortest i→j path")
 
 
-def path_edges(edge_attr_shifted: np.ndarray, ids: np.ndarray) -> np.ndarray:
+def path_edges(edge_feat_shifted: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """[B, N, N, D, Fe] features (already shifted by FEATURE_SHIFT) of the edges in `ids`; FEATURE_PAD where -1."""
-    table = np.empty((edge_attr_shifted.shape[0] + 1, edge_attr_shifted.shape[1]), dtype=edge_attr_shifted.dtype)
+    table = np.empty((edge_feat_shifted.shape[0] + 1, edge_feat_shifted.shape[1]), dtype=edge_feat_shifted.dtype)
     table[0] = schema.FEATURE_PAD  # row 0 answers id -1: one gather, no mask
-    table[1:] = edge_attr_shifted
+    table[1:] = edge_feat_shifted
     return table[ids + 1]
 
 
 def graph_path_edges(
-    edge_index: np.ndarray, edge_attr: np.ndarray, spd: np.ndarray, pred: np.ndarray, max_dist: int, fw_mid: np.ndarray | None = None
+    edge_index: np.ndarray, edge_feat: np.ndarray, spd: np.ndarray, pred: np.ndarray, max_dist: int, fw_mid: np.ndarray | None = None
 ) -> np.ndarray:
     """[N, N, D, Fe] int64 path-edge features of one record (the batched code on a batch of one),
     along fw_mid's paths when it is given, else pred's."""
@@ -195,7 +195,7 @@ def graph_path_edges(
         ids = path_edge_ids_fw(spd[None].astype(np.int64), sentinel_to_minus_one(fw_mid)[None], table, max_dist)
     else:
         ids = path_edge_ids(spd[None].astype(np.int64), sentinel_to_minus_one(pred)[None], table, max_dist)
-    return path_edges(edge_attr.astype(np.int64) + schema.FEATURE_SHIFT, ids)[0]
+    return path_edges(edge_feat.astype(np.int64) + schema.FEATURE_SHIFT, ids)[0]
 
 
 def sentinel_to_minus_one(nodes: np.ndarray) -> np.ndarray:

@@ -107,7 +107,7 @@ class ShardStream(IterableDataset):
         except ShardError as err:
             self._skip(err, entry.samples, skipped)
             return
-        samples, produced = iter_samples(data, entry.name), 0
+        samples, produced = iter_samples(data, entry.name, entry.schema_version), 0
         while True:
             try:
                 key, members = next(samples)
@@ -164,7 +164,7 @@ class ShardStream(IterableDataset):
         while True:
             try:
                 batch = collate(records, self.config.keys, self.config.path_edges_max_dist, rng)
-                return batch.padded(*self.config.static_shape(batch.max_nodes)) if self.config.pad_to_bucket else batch
+                return batch.padded(*self.config.static_shape(batch.max_graph_nodes)) if self.config.pad_to_bucket else batch
             except ShardError as err:
                 self._skip(err, 1, skipped)
                 records = [r for r in records if (r.shard, r.key) != (err.shard, err.key)]

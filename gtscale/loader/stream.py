@@ -42,6 +42,7 @@ import webdataset as wds
 from torch.utils.data import DataLoader
 
 from gtscale.errors import UserError
+from gtscale.format import schema
 from gtscale.format.decode import decode_array
 from gtscale.format.manifest import check_readable, load_manifest
 from gtscale.format.shardfile import ShardEntry, ShardError, iter_samples, manifest_shards, read_shard
@@ -219,8 +220,8 @@ def estimate_graphs_per_batch(shards: list[ShardEntry], config: LoaderConfig) ->
     sizes: list[int] = []
     for entry in shards:
         try:
-            for _key, members in iter_samples(read_shard(entry, config.verify_checksums), entry.name):
-                features = "x.npy" if "x.npy" in members else "x_float.npy"  # categorical or continuous node features
+            for _key, members in iter_samples(read_shard(entry, config.verify_checksums), entry.name, entry.schema_version):
+                features = f"{schema.NODE_FEAT}.npy" if f"{schema.NODE_FEAT}.npy" in members else f"{schema.NODE_FEAT_FLOAT}.npy"  # categorical or continuous
                 sizes.append(decode_array(members[features], features).shape[0])
         except (ShardError, KeyError, ValueError) as err:
             if config.on_error == "raise":

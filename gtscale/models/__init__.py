@@ -19,7 +19,7 @@ from torch import nn
 
 from gtscale.config import CONFIG_ROOT, from_dict, load_yaml
 from gtscale.errors import UserError
-from gtscale.models.config import EGTConfig, ETConfig, GraphormerConfig, HeadConfig, MNAGTConfig
+from gtscale.models.config import EGTConfig, ETConfig, GraphormerConfig, HeadConfig, MNAGTConfig, current_field_names
 from gtscale.models.egt import EGT
 from gtscale.models.et import ET
 from gtscale.models.mnagt import MNAGT
@@ -47,7 +47,8 @@ def model_config_dir() -> Path:
 
 
 def load_model_config(name_or_path: Union[str, Path]) -> dict:
-    """A model YAML as a dict, by path or by the name of a file in configs/models/ (egt-small)."""
+    """A model YAML as a dict, by path or by the name of a file in configs/models/ (egt-small), its
+    fields under their current names (models.config.RENAMED_FIELDS)."""
     path = Path(name_or_path)
     if path.suffix not in (".yaml", ".yml"):
         candidate = model_config_dir() / f"{name_or_path}.yaml"
@@ -55,7 +56,7 @@ def load_model_config(name_or_path: Union[str, Path]) -> dict:
             known = sorted(p.stem for p in model_config_dir().glob("*.yaml"))
             raise UserError(f"{name_or_path}: no such model config (known: {', '.join(known)})")
         path = candidate
-    return load_yaml(path)
+    return current_field_names(load_yaml(path), str(path))
 
 
 def _split(cfg: dict) -> tuple[str, dict]:

@@ -5,6 +5,11 @@ a ``head`` section: the task head whose parameters the papers count with the mod
 single regression target). `gtscale.models.build_model` reads the first two, `build_head` the
 third. Feature vocabularies default to the molecular ones of schema.py; see embeddings.py for how a
 column's vocabulary becomes rows of one flat embedding table.
+
+Every model names the width of its node states `node_width` (the papers' d_h, d or D). Model
+configs written before that named it `hidden_dim` (Graphormer, MNA-GT) or `width` (ET); the
+readers of model configs on disk take them through `current_field_names` (RENAMED_FIELDS), so that
+an export's model.yaml or a run's recorded config of either age builds the same model.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 from gtscale.config import check_field_ranges, ranged
+from gtscale.errors import UserError
 from gtscale.format.schema import ATOM_FEATURE_DIMS, BOND_FEATURE_DIMS, SPD_MAX
 
 # Upper bounds of the sizes a config may name: far beyond any published model, and low enough that
@@ -98,9 +104,9 @@ class GraphormerConfig:
     num_spatial 512, num_edge_dis 128, multi_hop_max_dist 5)."""
 
     num_layers: int = ranged(12, low=1, high=MAX_LAYERS)  # encoder layers
-    hidden_dim: int = ranged(768, low=1, high=MAX_WIDTH)  # d, node embedding width
+    node_width: int = ranged(768, low=1, high=MAX_WIDTH)  # d, node embedding width (fairseq's encoder_embed_dim)
     ffn_dim: int = ranged(768, low=1, high=MAX_WIDTH)  # FFN hidden width
-    num_heads: int = ranged(32, low=1, high=MAX_HEADS)  # attention heads; hidden_dim must be a multiple
+    num_heads: int = ranged(32, low=1, high=MAX_HEADS)  # attention heads; node_width must be a multiple
     dropout: float = ranged(0.0, low=0, high=1, high_open=True)  # dropout on the input embedding, attention output and FFN output
     attention_dropout: float = ranged(0.1, low=0, high=1, high_open=True)  # dropout on attention weights
     activation_dropout: float = ranged(0.1, low=0, high=1, high_open=True)  # dropout after the FFN's GELU
@@ -122,8 +128,8 @@ class GraphormerConfig:
 
     def __post_init__(self):
         check_field_ranges(self)
-        if self.hidden_dim % self.num_heads:
-            raise ValueError(f"hidden_dim {self.hidden_dim} is not a multiple of num_heads {self.num_heads}")
+        if self.node_width % self.num_heads:
+            raise ValueError(f"node_width {self.node_width} is not a multiple of num_heads {self.num_heads}")
         if not 1 <= self.multi_hop_max_dist <= self.num_edge_dis:
             raise ValueError(f"multi_hop_max_dist {self.multi_hop_max_dist} must be between 1 and num_edge_dis {self.num_edge_dis}")
         _check_vocab("node_vocab", self.node_vocab)
@@ -169,7 +175,7 @@ class ETConfig:
     sparse App. C model (edges only, EdgeBatch or Batch in, g¹ ‖ gᵀ per node)."""
 
     form: Literal["dense", "sparse"] = "dense"
-    width: int = ranged(128, low=1, high=MAX_WIDTH)  # D, token width
+    node_width: int = ranged(128, low=1, high=MAX_WIDTH)  # D, token width
     num_heads: int = ranged(4, low=1, high=MAX_HEADS)  # H
     head_dim: int = ranged(128, low=1, high=MAX_WIDTH)  # Y, width of each head's queries and keys (authors' App. C code: Y = D; App. D code: 64)
     num_memories: int = ranged(512, low=1, high=MAX_VOCAB)  # K, Hopfield memories ξ_μ
@@ -180,7 +186,7 @@ class ETConfig:
     cls_token: bool = True  # dense: a CLS token attending to every node; its final state is the graph output
     learned_adjacency: bool = True  # dense: Â = Conv1×1(X ⊙ X) ⊙ A′ (App. D); false: Â = 1 on edges
     lap_k: int = ranged(10, low=0, high=MAX_WIDTH)  # dense: Laplacian eigenvectors embedded (the authors' App. D code: 15); 0 = none
-    node_float_dim: int = ranged(0, low=0, high=MAX_WIDTH)  # continuous node features x_float embedded by a linear map (0 = none)
+    node_float_dim: int = ranged(0, low=0, high=MAX_WIDTH)  # continuous node features node_feat_float embedded by a linear map (0 = none)
     node_vocab: list[int] = ranged(default_factory=_atom_vocab, low=1, high=MAX_VOCAB)  # categorical node features ([] = none)
     edge_vocab: list[int] = ranged(default_factory=_bond_vocab, low=1, high=MAX_VOCAB)  # categorical edge features (dense A′)
     activation_checkpointing: bool = False  # recompute each step in backward instead of storing
@@ -199,24 +205,50 @@ class MNAGTConfig:
     """MNA-GT (Li et al., adaptive multi-neighbourhood attention); see models/mnagt.py."""
 
     num_layers: int = ranged(3, low=1, high=MAX_LAYERS)  # L (the paper's range 2-5)
-    hidden_dim: int = ranged(128, low=1, high=MAX_WIDTH)  # d (128-300)
+    node_width: int = ranged(128, low=1, high=MAX_WIDTH)  # d (128-300)
     num_kernels: int = ranged(3, low=1, high=MAX_HOPS)  # c + 1 attention kernels, hops k = 0..c (2-4)
-    num_heads: int = ranged(4, low=1, high=MAX_HEADS)  # m heads per kernel; hidden_dim must be a multiple
+    num_heads: int = ranged(4, low=1, high=MAX_HEADS)  # m heads per kernel; node_width must be a multiple
     ffn_dim: int = ranged(256, low=1, high=MAX_WIDTH)  # FFN hidden width
     normalization: Literal["sym", "rw"] = "sym"  # Â = D^-½(A+I)D^-½ or D^-1(A+I)
     aggregation: Literal["adaptive", "mean", "sum", "concat"] = "adaptive"  # kernel combination (ablations)
     readout: Literal["mean", "sum", "virtual"] = "mean"
     dropout: float = ranged(0.0, low=0, high=1, high_open=True)  # after attention and FFN
     attention_dropout: float = ranged(0.0, low=0, high=1, high_open=True)
-    node_float_dim: int = ranged(0, low=0, high=MAX_WIDTH)  # continuous node features x_float (0 = none)
+    node_float_dim: int = ranged(0, low=0, high=MAX_WIDTH)  # continuous node features node_feat_float (0 = none)
     node_vocab: list[int] = ranged(default_factory=_atom_vocab, low=1, high=MAX_VOCAB)  # categorical node features ([] = none)
     activation_checkpointing: bool = False
 
     def __post_init__(self):
         check_field_ranges(self)
-        if self.hidden_dim % self.num_heads:
-            raise ValueError(f"hidden_dim {self.hidden_dim} is not a multiple of num_heads {self.num_heads}")
+        if self.node_width % self.num_heads:
+            raise ValueError(f"node_width {self.node_width} is not a multiple of num_heads {self.num_heads}")
         if not self.node_vocab and not self.node_float_dim:
             raise ValueError("MNA-GT needs node_vocab or node_float_dim (some node input)")
         if self.node_vocab:
             _check_vocab("node_vocab", self.node_vocab)
+
+
+#: Fields that model configs written before every model named its width node_width call otherwise:
+#: model name → {old name: current name}. Read by current_field_names alone.
+RENAMED_FIELDS = {
+    "graphormer": {"hidden_dim": "node_width"},
+    "mnagt": {"hidden_dim": "node_width"},
+    "et": {"width": "node_width"},
+}
+
+
+def current_field_names(cfg: dict, where: str, name: str | None = None) -> dict:
+    """A copy of the model config `cfg` (or, with `name`, of overrides of a `name` model config)
+    whose fields of RENAMED_FIELDS carry their current names; other keys, and configs of unknown
+    models, as they are. The readers of model configs on disk (models.load_model_config,
+    models.export.read_export, train.config.resolve_model_config, train.resolve.read_resolved,
+    train.checkpoint.model_changes) pass what they read through it; nothing else knows the old names.
+
+    Both names at once is a UserError naming `where` and the key: which one holds the width would
+    be a guess."""
+    name = cfg.get("name") if name is None else name
+    renamed = RENAMED_FIELDS.get(name, {}) if isinstance(name, str) else {}
+    for old, new in renamed.items():
+        if old in cfg and new in cfg:
+            raise UserError(f"{where}: {old} and {new} are both set; {old} is the former name of {new}: keep {new} alone")
+    return {renamed.get(key, key): value for key, value in cfg.items()}  # in place: a file written back keeps its order

@@ -44,7 +44,7 @@ from gtscale.errors import UserError
 from gtscale.format import schema
 from gtscale.io import atomic_write_text, claim_out_dir, describe_load_failure, refused_global, safe_torch_load
 from gtscale.models import MODELS, build_head, build_model, parse_model_config
-from gtscale.models.config import MAX_WIDTH, HeadConfig
+from gtscale.models.config import MAX_WIDTH, HeadConfig, current_field_names
 
 MODEL_FILE = "model.pt"
 CONFIG_FILE = "model.yaml"
@@ -289,6 +289,9 @@ def read_export(path: str | os.PathLike) -> Export:
         raise UserError(f"{folder}: malformed {CONFIG_FILE} or {META_FILE} ({type(err).__name__}: {err})".replace("\n", " ")) from err
     if not isinstance(config, dict) or not isinstance(meta, dict):
         raise UserError(f"{folder}: {CONFIG_FILE} and {META_FILE} must each hold a mapping")
+    config = current_field_names(config, str(folder / CONFIG_FILE))  # an export of any age: fields by their current names
+    if isinstance(config.get("backbone"), dict):
+        config["backbone"] = current_field_names(config["backbone"], f"{folder / CONFIG_FILE}: backbone")
     export = Export(folder, config, read_weights(folder / MODEL_FILE), meta)
     check_export(export)
     return export

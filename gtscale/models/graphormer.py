@@ -75,11 +75,11 @@ class GraphormerLayer(nn.Module):
         self.num_heads = cfg.num_heads
         self.post_ln = cfg.post_ln
         self.attention_dropout = cfg.attention_dropout
-        self.ln = nn.LayerNorm(cfg.hidden_dim)
-        self.qkv = Linear(cfg.hidden_dim, 3 * cfg.hidden_dim)
-        self.out = Linear(cfg.hidden_dim, cfg.hidden_dim)
+        self.ln = nn.LayerNorm(cfg.node_width)
+        self.qkv = Linear(cfg.node_width, 3 * cfg.node_width)
+        self.out = Linear(cfg.node_width, cfg.node_width)
         self.dropout = cfg.dropout
-        self.ffn = FeedForward(cfg.hidden_dim, cfg.ffn_dim, "gelu", cfg.dropout, cfg.activation_dropout)
+        self.ffn = FeedForward(cfg.node_width, cfg.ffn_dim, "gelu", cfg.dropout, cfg.activation_dropout)
 
     def forward(self, x: torch.Tensor, packing: Packing, bias: torch.Tensor) -> torch.Tensor:
         if self.post_ln:
@@ -141,7 +141,7 @@ class Graphormer(nn.Module):
     def __init__(self, cfg: GraphormerConfig):
         super().__init__()
         self.cfg = cfg
-        d, heads = cfg.hidden_dim, cfg.num_heads
+        d, heads = cfg.node_width, cfg.num_heads
         self.node_dim, self.edge_dim, self.graph_dim = d, 0, d
 
         self.atom_embed = node_embedding(cfg.node_vocab, cfg.node_float_dim, d)
@@ -196,7 +196,7 @@ class Graphormer(nn.Module):
         cfg = self.cfg
         buckets = torch.where(spd == SPD_UNREACHABLE, cfg.num_spatial - 1, (spd + 1).clamp(max=cfg.num_spatial - 2))
         pair = lookup(self.spatial, buckets) + self.path_encoding(batch.path_edges, spd)  # [B, N, N, heads]
-        b, n = batch.num_graphs, batch.max_nodes
+        b, n = batch.num_graphs, batch.max_graph_nodes
         m = n + 1
         aligned = -(-m // _BIAS_ALIGN) * _BIAS_ALIGN
         bias = torch.zeros(b, cfg.num_heads, m, aligned, dtype=dtype, device=spd.device)[..., :m]

@@ -86,7 +86,7 @@ class Propagation:
 class MNAGTLayer(nn.Module):
     def __init__(self, cfg: MNAGTConfig):
         super().__init__()
-        d, kernels = cfg.hidden_dim, cfg.num_kernels
+        d, kernels = cfg.node_width, cfg.num_kernels
         self.cfg = cfg
         self.qk = nn.ModuleList(Linear(d, 2 * d) for _ in range(kernels))
         self.v = Linear(d, kernels * d)
@@ -138,7 +138,7 @@ class MNAGTLayer(nn.Module):
 
 class MNAGT(nn.Module):
     """Batch or EdgeBatch → Outputs(node [B, N, d] (or [N_tot, d], [K, d] at an EdgeBatch's
-    target_node), edge None, graph [B, d])."""
+    target_rows), edge None, graph [B, d])."""
 
     #: Takes an EdgeBatch (node-induced subgraphs, data.graph in a training config). Its attention is
     #: full within each graph, [M, M] per subgraph: keep such subgraphs small.
@@ -147,7 +147,7 @@ class MNAGT(nn.Module):
     def __init__(self, cfg: MNAGTConfig):
         super().__init__()
         self.cfg = cfg
-        d = cfg.hidden_dim
+        d = cfg.node_width
         self.node_dim, self.edge_dim, self.graph_dim = d, 0, d
         self.node_embed = FeatureEmbedding(cfg.node_vocab, d) if cfg.node_vocab else None
         self.float_embed = Linear(cfg.node_float_dim, d) if cfg.node_float_dim else None
@@ -193,8 +193,8 @@ class MNAGT(nn.Module):
             graph = node.new_zeros(b, node.shape[-1]).index_add_(0, batch.graph_index, node)
             if self.cfg.readout == "mean":
                 graph = graph / count_per_index(batch.graph_index, b, graph.dtype).clamp(min=1)[:, None]
-        if batch.target_node is not None:  # the targets' rows only (EdgeBatch's rule)
-            node = node[batch.target_node]
+        if batch.target_rows is not None:  # the targets' rows only (EdgeBatch's rule)
+            node = node[batch.target_rows]
         if dense_mask is not None:
             node = batch.to_dense_nodes(node, dense_mask)
         return Outputs(node=node, edge=None, graph=graph)

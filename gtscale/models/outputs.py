@@ -17,6 +17,6 @@ class Outputs(NamedTuple):
     (Graphormer's graph token, the ET's CLS token and pair weights) stayed partitioned in backward,
     and training under ZeRO-3 failed with a size-0 tensor."""
 
-    node: torch.Tensor  # float [B, N, d]; an EdgeBatch's [N_tot, d], or [K, d] at its target_node when it has one
+    node: torch.Tensor  # float [B, N, d]; an EdgeBatch's [N_tot, d], or [K, d] at its target_rows when it has one
     edge: Optional[torch.Tensor]  # float [B, N, N, d_e]; None for models without an edge output
     graph: Optional[torch.Tensor]  # float [B, d_g]; None where a model computed only an EdgeBatch's targets (the sparse ET)

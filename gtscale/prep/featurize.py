@@ -84,7 +84,8 @@ def parse_smiles(smiles: str) -> Chem.Mol:
 
 
 def featurize_mol(mol: Chem.Mol, has_chirality: bool = True, may_have_bond_stereo: bool = True, may_have_dative_bonds: bool = True) -> dict[str, np.ndarray]:
-    """{x uint8 [N, 9], edge_index int16/int32 [2, E], edge_attr uint8 [E, 3]} as smiles2graph gives them.
+    """{node_feat uint8 [N, 9], edge_index int16/int32 [2, E], edge_feat uint8 [E, 3]}: smiles2graph's
+    x, edge_index and edge_attr.
 
     The flags let a caller that knows the SMILES skip reads whose answer is fixed: no chiral tags
     without '@', no double-bond stereo without '/' or '\\', no dative bonds without '->', '<-' or a
@@ -111,9 +112,9 @@ def featurize_mol(mol: Chem.Mol, has_chirality: bool = True, may_have_bond_stere
     index_dtype = schema.index_dtype(n)
     if not bonds:
         return {
-            schema.X: x,
+            schema.NODE_FEAT: x,
             schema.EDGE_INDEX: np.zeros((2, 0), dtype=index_dtype),
-            schema.EDGE_ATTR: np.zeros((0, len(schema.BOND_FEATURE_DIMS)), dtype=np.uint8),
+            schema.EDGE_FEAT: np.zeros((0, len(schema.BOND_FEATURE_DIMS)), dtype=np.uint8),
         }
     if may_have_bond_stereo:
         try:
@@ -139,7 +140,7 @@ def featurize_mol(mol: Chem.Mol, has_chirality: bool = True, may_have_bond_stere
     edge_index = np.empty((2, 2 * len(bonds)), dtype=index_dtype)
     edge_index[:, 0::2] = ends
     edge_index[:, 1::2] = ends[::-1]
-    return {schema.X: x, schema.EDGE_INDEX: edge_index, schema.EDGE_ATTR: np.repeat(bond_feat, 2, axis=0)}
+    return {schema.NODE_FEAT: x, schema.EDGE_INDEX: edge_index, schema.EDGE_FEAT: np.repeat(bond_feat, 2, axis=0)}
 
 
 def featurize_smiles(smiles: str) -> dict[str, np.ndarray]:

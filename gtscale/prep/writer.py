@@ -149,7 +149,7 @@ def featurize_rows(smiles: list[str], idx: np.ndarray, targets: np.ndarray, name
         except Exception as err:  # RDKit can raise on exotic valences; count, never crash the run
             rejects.append((int(i), f"featurize_error:{type(err).__name__}"))
             continue
-        n = len(graph[schema.X])
+        n = len(graph[schema.NODE_FEAT])
         if options.max_nodes is not None and n > options.max_nodes:
             rejects.append((int(i), "too_many_nodes"))
             continue
@@ -166,7 +166,7 @@ def featurize_rows(smiles: list[str], idx: np.ndarray, targets: np.ndarray, name
             graph[schema.META]["name"] = name
         graphs.append(graph)
         keys.append(key)
-    structures = structure_many([(g[schema.EDGE_INDEX], len(g[schema.X])) for g in graphs], options.structure)
+    structures = structure_many([(g[schema.EDGE_INDEX], len(g[schema.NODE_FEAT])) for g in graphs], options.structure)
     for graph, extra in zip(graphs, structures):
         graph.update(extra)
     return graphs, keys, rejects

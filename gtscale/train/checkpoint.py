@@ -29,6 +29,7 @@ import torch.distributed as dist
 from gtscale.config import load_yaml
 from gtscale.errors import UserError
 from gtscale.io import atomic_write_text
+from gtscale.models.config import current_field_names
 from gtscale.train import safe_load
 
 COMPLETE = "COMPLETE"
@@ -188,7 +189,9 @@ def model_changes(run_config: Path, model_cfg: dict, head: dict) -> list[str]:
     if not run_config.is_file():
         return []
     recorded = load_yaml(run_config)
-    before = _flatten({"model": recorded.get("model_resolved") or {}, "task.head": (recorded.get("task") or {}).get("head") or {}})
+    model = recorded.get("model_resolved") or {}
+    model = current_field_names(model, f"{run_config}: model_resolved") if isinstance(model, dict) else model  # a record of any age
+    before = _flatten({"model": model, "task.head": (recorded.get("task") or {}).get("head") or {}})
     now = _flatten({"model": model_cfg, "task.head": head})
     return [f"{key}: {before.get(key)!r} → {now.get(key)!r}" for key in sorted(before.keys() | now.keys()) if before.get(key) != now.get(key)]
 

@@ -286,11 +286,14 @@ def read_train_config(path: str | Path, overrides: list[str]) -> TrainConfig:
 
 def resolve_model_config(cfg: TrainConfig) -> dict:
     """The model config dict: the named/path/inline model with model_overrides applied; a new dict
-    that shares nothing with `cfg`, so that what its readers add to it never reaches the user's config."""
+    that shares nothing with `cfg`, so that what its readers add to it never reaches the user's config.
+    The model's fields and the overrides both under their current names (models.config.RENAMED_FIELDS):
+    a run directory's config.yaml of any age starts the same run."""
     from gtscale.models import load_model_config
+    from gtscale.models.config import current_field_names
 
     if isinstance(cfg.model, dict):
-        model = copy.deepcopy(cfg.model)
+        model = current_field_names(copy.deepcopy(cfg.model), "model")
     elif isinstance(cfg.model, str):
         model = load_model_config(cfg.model)
     else:
@@ -298,5 +301,5 @@ def resolve_model_config(cfg: TrainConfig) -> dict:
     unknown_head = set(cfg.model_overrides) & {"head"}
     if unknown_head:
         raise UserError("model_overrides.head: set head fields under task.head")
-    model.update(copy.deepcopy(cfg.model_overrides))
+    model.update(current_field_names(copy.deepcopy(cfg.model_overrides), "model_overrides", model.get("name")))
     return model

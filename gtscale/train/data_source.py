@@ -87,7 +87,7 @@ def split_features(data: DataConfig, manifest: dict, split: str) -> tuple[np.nda
 
 def target_features(manifest: dict, split: str) -> tuple[np.ndarray, np.ndarray]:
     """(features [n, F], labels [n]) of a split's labelled targets, read from the shards (the target
-    node's x_float, as the model sees it): one pass over the split in this process."""
+    node's node_feat_float, as the model sees it): one pass over the split in this process."""
     from gtscale.loader.stream import build_loader
 
     config = LoaderConfig(batching="graphs", batch_size=256, bucketing=False, num_workers=0, keys=[schema.TARGET_Y], sign_flip=False)

@@ -68,10 +68,10 @@ def target_predictions(batch: Batch, node_values: torch.Tensor) -> tuple[torch.T
 
     `node_values` is per node, [B, N, ...] (a node head's output); rows of padding targets and of
     filler graphs have id FILLER_IDX, which gather_predictions drops."""
-    if batch.target_node is None or batch.target_id is None:
-        raise ValueError("a node-task batch needs target_node and target_id (loader key 'target_y')")
-    graphs = torch.arange(batch.num_graphs, device=node_values.device)[:, None].expand_as(batch.target_node)
-    values = node_values[graphs, batch.target_node.to(node_values.device)]
+    if batch.target_pos is None or batch.target_id is None:
+        raise ValueError("a node-task batch needs target_pos and target_id (loader key 'target_y')")
+    graphs = torch.arange(batch.num_graphs, device=node_values.device)[:, None].expand_as(batch.target_pos)
+    values = node_values[graphs, batch.target_pos.to(node_values.device)]
     return batch.target_id.reshape(-1), values.reshape(-1, *values.shape[2:])
 
 

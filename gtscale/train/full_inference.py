@@ -57,7 +57,7 @@ def full_graph_logits(model: torch.nn.Module, store: GraphStore, workdir: str | 
     form = layerwise_form(model)
     model.eval()
     device = next(model.parameters()).device
-    chunk_edges = chunk_edges or max(1, CHUNK_ELEMENTS // (form.num_heads * form.width))
+    chunk_edges = chunk_edges or max(1, CHUNK_ELEMENTS // (form.num_heads * form.node_width))
     indptr, indices, n = np.asarray(store.indptr), store.indices, store.num_nodes
     chunks = row_chunks(indptr, chunk_edges)
     Path(workdir).mkdir(parents=True, exist_ok=True)
@@ -76,7 +76,7 @@ def full_graph_logits(model: torch.nn.Module, store: GraphStore, workdir: str | 
             counts = torch.from_numpy(np.diff(indptr[a : b + 1])).to(device)
             return neighbours, torch.from_numpy(g[neighbours]).to(device), counts
 
-        x, g = states("x0", form.width), states("g0", form.width)
+        x, g = states("x0", form.node_width), states("g0", form.node_width)
         for a, b in chunks:
             x0 = form.embed(rows(store.features, a, b))
             x[a:b], g[a:b] = x0.cpu().numpy(), form.normalise(x0).cpu().numpy()
@@ -87,7 +87,7 @@ def full_graph_logits(model: torch.nn.Module, store: GraphStore, workdir: str | 
                 _, g_nbr, counts = neighbourhood(g, a, b)
                 lse[a:b] = form.log_normalisers(rows(g, a, b), g_nbr, counts).cpu().numpy()
                 bar.update(b - a)
-            x_next, g_next = states(f"x{step + 1}", form.width), states(f"g{step + 1}", form.width)
+            x_next, g_next = states(f"x{step + 1}", form.node_width), states(f"g{step + 1}", form.node_width)
             for a, b in chunks:
                 neighbours, g_nbr, counts = neighbourhood(g, a, b)
                 lse_nbr = torch.from_numpy(lse[neighbours]).to(device)

@@ -8,8 +8,9 @@ eq. 22) with ω = task.anomaly_weight, by default #normal / #anomalous of the tr
 (the manifest's task.label_counts, counted by the sharder).
 
 Batches are dense `Batch`es of ego subgraphs (shards, or data.graph with sampler ego; targets at
-`target_node`) or `EdgeBatch`es of node-induced subgraphs (data.graph with sampler induced; targets
-at `target`); both carry target_id / target_y / target_y_mask, and `target_scores` reads either.
+positions `target_pos` of each graph) or `EdgeBatch`es of sampled subgraphs (data.graph with
+sampler induced or fanout; targets at rows `target_rows`); both carry target_id / target_y /
+target_y_mask, and `target_scores` reads either.
 
 Threshold. Macro-F1 needs a decision threshold, which the papers choose on the validation nodes and
 apply unchanged to the test nodes (node_metrics.evaluate_splits). The trainer evaluates the
@@ -59,10 +60,10 @@ def target_scores(batch: Batch | EdgeBatch, node_scores: torch.Tensor) -> tuple[
     """(global target ids, logits at the target nodes) from the node head's [B, N, 1] (Batch: [B·T]
     rows) or [K, 1] (EdgeBatch: a model's node rows are its K target nodes' already)."""
     if isinstance(batch, EdgeBatch):
-        if batch.target_node is None or batch.target_id is None:
-            raise ValueError("a node-task EdgeBatch needs target_node and target_id")
-        if node_scores.shape[0] != batch.target_node.shape[0]:
-            raise ValueError(f"{node_scores.shape[0]} node rows for an EdgeBatch of {batch.target_node.shape[0]} target nodes")
+        if batch.target_rows is None or batch.target_id is None:
+            raise ValueError("a node-task EdgeBatch needs target_rows (the scored rows) and target_id (their global node ids)")
+        if node_scores.shape[0] != batch.target_rows.shape[0]:
+            raise ValueError(f"{node_scores.shape[0]} node rows for an EdgeBatch of {batch.target_rows.shape[0]} target nodes")
         return batch.target_id, node_scores.reshape(-1).float()
     ids, values = target_predictions(batch, node_scores)
     return ids, values.reshape(-1).float()

@@ -31,6 +31,7 @@ from gtscale.errors import UserError
 from gtscale.format.manifest import is_node_task, load_manifest
 from gtscale.io import atomic_write_text
 from gtscale.models import build_model
+from gtscale.models.config import current_field_names
 from gtscale.models.export import REGRESSION_LOSSES
 from gtscale.train.config import MODEL_CHOSEN_LOADER_KEYS, ResolvedConfig, TrainConfig
 from gtscale.train.data_source import task_manifest
@@ -104,6 +105,7 @@ def read_resolved(run_dir: Path) -> ResolvedConfig:
     model = record["model_resolved"]
     if not isinstance(model, dict):
         raise UserError(f"{path}: model_resolved: expected a mapping, got {type(model).__name__}")
+    model = current_field_names(model, f"{path}: model_resolved")  # a run of any age: fields by their current names
     num_targets = record.get("num_targets")
     if num_targets is None:  # recorded since num_targets existed: before, the shards' count, else the model's head
         manifest = Path(train.data.shards or "") / "manifest.json"

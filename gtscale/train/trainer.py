@@ -530,7 +530,7 @@ def _attention_pairs(batch: Batch | EdgeBatch) -> tuple[int, int]:
     the edge count twice for an EdgeBatch (attention along edges: no padding)."""
     if isinstance(batch, EdgeBatch):
         return batch.num_edges, batch.num_edges
-    return int((batch.node_mask.sum(dim=1) ** 2).sum()), batch.num_graphs * batch.max_nodes**2
+    return int((batch.node_mask.sum(dim=1) ** 2).sum()), batch.num_graphs * batch.max_graph_nodes**2
 
 
 #: What torch's env:// rendezvous reads (torchrun sets them; launch_env derives them under srun).

@@ -14,7 +14,7 @@ def test_sampled_molecules_follow_pcqm4mv2_sizes():
 
 def test_molecule_batch_is_consistent():
     batch = molecule_batch(sample_molecules(6, seed=1, max_atoms=20), pad_to=24, svd_rank=4, path_hops=3)
-    assert batch.max_nodes == 24
+    assert batch.max_graph_nodes == 24
     one_hop = batch.spd == 1
     assert (batch.path_edges[..., 0, :][one_hop] == batch.edge_feat[one_hop]).all()
     assert ((batch.edge_feat[..., 0] > 0) == one_hop).all()

@@ -29,11 +29,11 @@ def test_object_arrays_are_refused_both_ways():
     buf = io.BytesIO()
     np.save(buf, np.array([{"a": 1}], dtype=object), allow_pickle=True)
     with pytest.raises(UnsafeArrayError):
-        decode_npy(buf.getvalue(), "x.npy")
+        decode_npy(buf.getvalue(), "node_feat.npy")
 
 
 def test_shard_roundtrip_and_determinism(tmp_path):
-    records = [(f"{i:010d}", {"x": np.arange(i + 1, dtype=np.uint8), "meta": {"idx": i}}) for i in range(5)]
+    records = [(f"{i:010d}", {"node_feat": np.arange(i + 1, dtype=np.uint8), "meta": {"idx": i}}) for i in range(5)]
     a = write_shard(tmp_path / "a.tar", records)
     b = write_shard(tmp_path / "b.tar", records)
     assert a == b and a["samples"] == 5
@@ -41,7 +41,7 @@ def test_shard_roundtrip_and_determinism(tmp_path):
     assert not list(tmp_path.glob("*.tmp"))
     back = list(iter_shard(tmp_path / "a.tar"))
     assert [k for k, _ in back] == [k for k, _ in records]
-    assert np.array_equal(back[3][1]["x"], np.arange(4)) and back[3][1]["meta"] == {"idx": 3}
+    assert np.array_equal(back[3][1]["node_feat"], np.arange(4)) and back[3][1]["meta"] == {"idx": 3}
     with tarfile.open(tmp_path / "a.tar") as tar:
         assert {(m.mtime, m.uid, m.gid, m.uname) for m in tar.getmembers()} == {(0, 0, 0, "")}
 
@@ -62,7 +62,7 @@ def test_a_shard_holding_a_pickle_is_refused(tmp_path):
         list(iter_shard(tmp_path / "p.tar"))
     buf = io.BytesIO()
     np.save(buf, np.array([object()], dtype=object), allow_pickle=True)
-    _tar_with(tmp_path / "o.tar", "0000000001.x.npy", buf.getvalue())
+    _tar_with(tmp_path / "o.tar", "0000000001.node_feat.npy", buf.getvalue())
     with pytest.raises(UnsafeArrayError):
         list(iter_shard(tmp_path / "o.tar"))
 
@@ -71,7 +71,7 @@ def test_shards_are_byte_identical_to_pythons_tarfile(tmp_path):
     """The template-patched headers must equal tarfile's own output, member for member."""
     rng = np.random.default_rng(0)
     records = [
-        (f"{i:010d}", {"x": rng.integers(0, 9, size=(int(rng.integers(0, 40)), 9), dtype=np.uint8), "spd": np.zeros((i, i), np.uint8), "meta": {"idx": i}})
+        (f"{i:010d}", {"node_feat": rng.integers(0, 9, size=(int(rng.integers(0, 40)), 9), dtype=np.uint8), "spd": np.zeros((i, i), np.uint8), "meta": {"idx": i}})
         for i in range(30)
     ]
     write_shard(tmp_path / "fast.tar", records)

@@ -42,7 +42,7 @@ def test_object_arrays_are_refused_without_unpickling():
     buf = io.BytesIO()
     np.save(buf, np.array([{"evil": 1}], dtype=object), allow_pickle=True)
     with pytest.raises(UnsafeArrayError, match="refusing to unpickle"):
-        decode_array(buf.getvalue(), "x.npy")
+        decode_array(buf.getvalue(), "node_feat.npy")
 
 
 def test_short_payload_and_garbage_are_errors():
@@ -50,7 +50,7 @@ def test_short_payload_and_garbage_are_errors():
     with pytest.raises(ValueError, match="data bytes, its header promises 16"):
         decode_array(data[:-3], "spd.npy")
     with pytest.raises(ValueError, match="not an .npy array"):
-        decode_array(pickle.dumps([1, 2]), "x.npy")
+        decode_array(pickle.dumps([1, 2]), "node_feat.npy")
 
 
 def _members(record: dict) -> dict[str, memoryview]:
@@ -60,8 +60,8 @@ def _members(record: dict) -> dict[str, memoryview]:
 def test_decode_record_reads_only_what_is_asked(nci_by_idx):
     idx, record = next(iter(nci_by_idx.items()))
     decoded = decode_record("k", _members(record), "s.tar", [schema.SPD, schema.Y])
-    assert decoded.idx == idx and decoded.num_nodes == len(record[schema.X])
-    assert sorted(decoded.arrays) == sorted([schema.X, schema.EDGE_INDEX, schema.EDGE_ATTR, schema.SPD, schema.Y])
+    assert decoded.idx == idx and decoded.num_nodes == len(record[schema.NODE_FEAT])
+    assert sorted(decoded.arrays) == sorted([schema.NODE_FEAT, schema.EDGE_INDEX, schema.EDGE_FEAT, schema.SPD, schema.Y])
     np.testing.assert_array_equal(decoded.arrays[schema.SPD], record[schema.SPD])
 
 
@@ -70,8 +70,8 @@ def test_a_missing_key_names_the_option_that_produces_it(nci_by_idx):
     del record[schema.SVD_PE]
     with pytest.raises(MissingKeyError, match=r"s.tar: sample k: record has no 'svd_pe', .* produced by `gtscale shard --svd-rank R` with R > 0"):
         decode_record("k", _members(record), "s.tar", [schema.SVD_PE])
-    del record[schema.EDGE_ATTR]
-    with pytest.raises(ShardError, match="sample k: no edge_attr.npy, which every record has"):
+    del record[schema.EDGE_FEAT]
+    with pytest.raises(ShardError, match="sample k: no edge_feat.npy, which every record has"):
         decode_record("k", _members(record), "s.tar", [])
 
 
@@ -87,41 +87,41 @@ def test_records_that_break_the_contract_are_named(nci_by_idx, key, bad, message
     record = dict(next(iter(nci_by_idx.values())))
     record[key] = bad
     if key == schema.EDGE_INDEX:
-        record[schema.EDGE_ATTR] = np.zeros((2, 3), np.uint8)
+        record[schema.EDGE_FEAT] = np.zeros((2, 3), np.uint8)
     with pytest.raises(ShardError, match=f"s.tar: sample k: {message}"):
         decode_record("k", _members(record), "s.tar", [schema.SPD, schema.SVD_PE])
 
 
 def _ego_record(n: int = 3) -> dict:
     return {
-        schema.X_FLOAT: np.ones((n, 4), np.float16), schema.EDGE_INDEX: np.array([[0, 1], [1, 0]], np.int16),
-        schema.NODE_ID: np.arange(100, 100 + n, dtype=np.int64), schema.TARGET_NODES: np.zeros(1, np.int16),
+        schema.NODE_FEAT_FLOAT: np.ones((n, 4), np.float16), schema.EDGE_INDEX: np.array([[0, 1], [1, 0]], np.int16),
+        schema.NODE_ID: np.arange(100, 100 + n, dtype=np.int64), schema.TARGET_POS: np.zeros(1, np.int16),
         schema.TARGET_Y: np.ones(1, np.float32), schema.META: {"idx": 100, "num_nodes": n, "num_edges": 2},
     }
 
 
 def test_continuous_records_decode_without_x_or_edge_attr():
-    keys = [schema.TARGET_NODES, schema.TARGET_Y, schema.NODE_ID]
+    keys = [schema.TARGET_POS, schema.TARGET_Y, schema.NODE_ID]
     decoded = decode_record("k", _members(_ego_record()), "s.tar", keys)
     assert decoded.num_nodes == 3 and decoded.idx == 100
-    assert sorted(decoded.arrays) == sorted([schema.X_FLOAT, schema.EDGE_INDEX, *keys])
+    assert sorted(decoded.arrays) == sorted([schema.NODE_FEAT_FLOAT, schema.EDGE_INDEX, *keys])
     record = _ego_record()
-    del record[schema.X_FLOAT]
-    with pytest.raises(ShardError, match="sample k: no x.npy or x_float.npy"):
+    del record[schema.NODE_FEAT_FLOAT]
+    with pytest.raises(ShardError, match="sample k: no node_feat.npy or node_feat_float.npy"):
         decode_record("k", _members(record), "s.tar", [])
 
 
 @pytest.mark.parametrize(
     "key, bad, message",
     [
-        (schema.TARGET_NODES, np.array([3], np.int16), r"target_nodes \(1,\) must be a vector of node indices in 0..2"),
-        (schema.TARGET_Y, np.ones(2, np.float32), r"target_y has shape \(2,\), target_nodes \(1,\)"),
+        (schema.TARGET_POS, np.array([3], np.int16), r"target_pos \(1,\) must be a vector of node indices in 0..2"),
+        (schema.TARGET_Y, np.ones(2, np.float32), r"target_y has shape \(2,\), target_pos \(1,\)"),
         (schema.NODE_ID, np.arange(2, dtype=np.int64), r"node_id has shape \(2,\), expected \(3,\)"),
-        (schema.X_FLOAT, np.ones(3, np.float16), r"x_float has shape \(3,\), expected \[N, F\]"),
+        (schema.NODE_FEAT_FLOAT, np.ones(3, np.float16), r"node_feat_float has shape \(3,\), expected \[N, F\]"),
     ],
 )
 def test_continuous_records_that_break_the_contract_are_named(key, bad, message):
     record = _ego_record()
     record[key] = bad
     with pytest.raises(ShardError, match=f"s.tar: sample k: {message}"):
-        decode_record("k", _members(record), "s.tar", [schema.TARGET_NODES, schema.TARGET_Y, schema.NODE_ID])
+        decode_record("k", _members(record), "s.tar", [schema.TARGET_POS, schema.TARGET_Y, schema.NODE_ID])

@@ -41,14 +41,14 @@ def test_split_name_follows_webdataset_base_plus_ext(name):
 def test_pax_archives_are_read_through_tarfile(tmp_path):
     path = tmp_path / "pax.tar"
     with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as archive:
-        for name, data in [("0000000001.x.npy", encode_npy(np.ones((2, 3), np.uint8))), ("0000000001.meta.json", b'{"idx": 1}')]:
+        for name, data in [("0000000001.node_feat.npy", encode_npy(np.ones((2, 3), np.uint8))), ("0000000001.meta.json", b'{"idx": 1}')]:
             info = tarfile.TarInfo(name)
             info.size = len(data)
             info.pax_headers = {"comment": "forces a pax header"}
             archive.addfile(info, io.BytesIO(data))
     samples = list(iter_samples(path.read_bytes(), "pax.tar"))
     assert [key for key, _ in samples] == ["0000000001"]
-    assert sorted(samples[0][1]) == ["meta.json", "x.npy"]
+    assert sorted(samples[0][1]) == ["meta.json", "node_feat.npy"]
 
 
 def test_checksum_and_size_mismatches_name_the_shard(nci_shards_copy):
@@ -74,14 +74,14 @@ def test_truncation_names_the_sample_being_cut(nci_shards):
     cut = data.index(f"{keys[3]}.spd.npy".encode()) + 700  # inside sample 3's spd member
     with pytest.raises(ShardError, match=rf"^{entry.name}: sample {keys[3]}: member {keys[3]}.spd.npy is cut short"):
         list(iter_samples(data[:cut], entry.name))
-    boundary = data.index(f"{keys[5]}.edge_attr.npy".encode())  # a cut exactly between two samples
+    boundary = data.index(f"{keys[5]}.edge_feat.npy".encode())  # a cut exactly between two samples
     with pytest.raises(ShardError, match=rf"sample {keys[4]}: archive ends without its end-of-archive marker"):
         list(iter_samples(data[:boundary], entry.name))
 
 
 def test_pickle_members_are_refused(tmp_path):
     path = tmp_path / "evil.tar"
-    write_shard(path, [("0000000001", {"x": np.zeros((1, 9), np.uint8), "meta": {"idx": 1}})])
+    write_shard(path, [("0000000001", {"node_feat": np.zeros((1, 9), np.uint8), "meta": {"idx": 1}})])
     with tarfile.open(path, "a") as archive:
         info = tarfile.TarInfo("0000000002.x.pyd")
         info.size = 4
@@ -94,11 +94,11 @@ def test_a_duplicated_member_is_an_error(tmp_path):
     path = tmp_path / "dup.tar"
     with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as archive:
         for _ in range(2):
-            info = tarfile.TarInfo("0000000001.x.npy")
+            info = tarfile.TarInfo("0000000001.node_feat.npy")
             payload = encode_npy(np.zeros((1, 9), np.uint8))
             info.size = len(payload)
             archive.addfile(info, io.BytesIO(payload))
-    with pytest.raises(ShardError, match="sample 0000000001: member 0000000001.x.npy appears twice"):
+    with pytest.raises(ShardError, match="sample 0000000001: member 0000000001.node_feat.npy appears twice"):
         list(iter_samples(path.read_bytes(), "dup.tar"))
 
 

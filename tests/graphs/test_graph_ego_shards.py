@@ -30,7 +30,7 @@ def _shard(store_path, out, *extra, split=("--train-ratio", "0.1")):
 def test_every_target_once_equal_to_sampler_and_structure(store_path, tmp_path, capsys):
     assert _shard(store_path, tmp_path / "shards", "--workers", "2") == 0
     manifest = load_manifest(tmp_path / "shards")
-    assert manifest["schema_version"] == schema.SCHEMA_VERSION == 2
+    assert manifest["schema_version"] == schema.SCHEMA_VERSION == 3
     store = GraphStore.open(store_path)
     splits = ratio_split(store.labels, 0.1, 0)
     for split, targets in splits.items():
@@ -45,8 +45,8 @@ def test_every_target_once_equal_to_sampler_and_structure(store_path, tmp_path, 
             sub = sampler.sample([rec[schema.META]["idx"]])[0]
             np.testing.assert_array_equal(rec[schema.NODE_ID], sub.nodes)
             np.testing.assert_array_equal(rec[schema.EDGE_INDEX], sub.edge_index)
-            np.testing.assert_array_equal(rec[schema.X_FLOAT], store.features[sub.nodes])
-            assert rec[schema.X_FLOAT].dtype == np.float16 and rec[schema.TARGET_NODES].tolist() == [0]
+            np.testing.assert_array_equal(rec[schema.NODE_FEAT_FLOAT], store.features[sub.nodes])
+            assert rec[schema.NODE_FEAT_FLOAT].dtype == np.float16 and rec[schema.TARGET_POS].tolist() == [0]
             assert rec[schema.TARGET_Y].tolist() == [float(store.labels[sub.target])]
             st = ego_structures([sub], StructureOptions(svd_rank=8, lap_k=0))[0]
             for key, value in st.items():
@@ -72,15 +72,16 @@ def test_mask_column_needs_stored_masks(store_path, tmp_path, capsys):
     assert "mask split needs train, val and test" in capsys.readouterr().err
 
 
-def test_loader_accepts_schema_v1_and_v2_manifests():
-    """Schema v2 only added keys: manifests of version-1 shards still pass the loader's check."""
+def test_loader_accepts_schema_v1_to_v3_manifests():
+    """Schema v2 only added keys, v3 only renamed them: manifests of version-1 and -2 shards still
+    pass the loader's check; a later version does not."""
     from gtscale.errors import UserError
     from gtscale.format.manifest import check_readable
 
-    for version in (1, 2):
+    for version in (1, 2, 3):
         check_readable({"schema_version": version, "_dir": "d"}, ())
-    with pytest.raises(UserError, match="schema_version 3"):
-        check_readable({"schema_version": 3, "_dir": "d"}, ())
+    with pytest.raises(UserError, match="schema_version 4"):
+        check_readable({"schema_version": 4, "_dir": "d"}, ())
 
 
 def test_records_gather_features_and_labels_per_batch(store_path):
@@ -99,8 +100,8 @@ def test_records_gather_features_and_labels_per_batch(store_path):
     records = subgraph_records(store, subs, EgoShardOptions(StructureOptions(svd_rank=0, lap_k=0)))
     assert subgraph_records(store, [], EgoShardOptions()) == []
     for sub, rec in zip(subs, records):
-        np.testing.assert_array_equal(rec[schema.X_FLOAT], np.asarray(store.features[sub.nodes], np.float16))
-        assert rec[schema.X_FLOAT].dtype == np.float16 and rec[schema.X_FLOAT].shape == (len(sub.nodes), store.features.shape[1])
+        np.testing.assert_array_equal(rec[schema.NODE_FEAT_FLOAT], np.asarray(store.features[sub.nodes], np.float16))
+        assert rec[schema.NODE_FEAT_FLOAT].dtype == np.float16 and rec[schema.NODE_FEAT_FLOAT].shape == (len(sub.nodes), store.features.shape[1])
         expected = np.nan if labels[sub.target] < 0 else float(labels[sub.target])
         np.testing.assert_array_equal(rec[schema.TARGET_Y], np.array([expected], np.float32))
         assert rec[schema.TARGET_Y].dtype == np.float32 and rec[schema.TARGET_Y].shape == (1,)

@@ -95,10 +95,10 @@ def test_a_batch_scores_only_its_targets(store, graph, splits):
     batch = next(iter(loader))
     targets = np.sort(splits["val"])[:64]
     assert batch.target_id.tolist() == targets.tolist() and batch.idx[:64].tolist() == targets.tolist()
-    assert batch.graph_index[batch.target_node].tolist() == list(range(64)) and batch.num_nodes > 64
+    assert batch.graph_index[batch.target_rows].tolist() == list(range(64)) and batch.num_nodes > 64
     labels = np.asarray(g.labels[targets])
     np.testing.assert_array_equal(batch.target_y.numpy(), (labels == 1).astype(np.float32))
-    np.testing.assert_array_equal(batch.node_feat_float.numpy()[batch.target_node.numpy()], np.asarray(g.features[targets], np.float32))
+    np.testing.assert_array_equal(batch.node_feat_float.numpy()[batch.target_rows.numpy()], np.asarray(g.features[targets], np.float32))
     scores = torch.randn(64, 1)  # a model's node rows of an EdgeBatch with targets are the targets'
     ids, logits = target_scores(batch, scores)
     assert ids.tolist() == targets.tolist() and torch.equal(logits, scores[:, 0])
@@ -112,7 +112,7 @@ def _unpadded(batch):
 
     own = batch.graph_index < len(batch.target_id)
     return EdgeBatch(edge_index=batch.edge_index, graph_index=batch.graph_index[own], num_graphs=len(batch.target_id),
-                     node_feat_float=batch.node_feat_float[own], target_node=batch.target_node, target_id=batch.target_id,
+                     node_feat_float=batch.node_feat_float[own], target_rows=batch.target_rows, target_id=batch.target_id,
                      target_y=batch.target_y, target_y_mask=batch.target_y_mask, idx=batch.idx[: len(batch.target_id)])
 
 
@@ -125,7 +125,7 @@ def test_padding_to_a_bucket_size_changes_no_targets_score(store, splits):
 
     sizes = {hi - 1 for hi in geometric_boundaries(1.05, 1 << 20)}
     loader = build_fanout_loader(store, splits["val"], FANOUTS, 37, _config(), train=False, rank=0, world_size=1)
-    et = build_model(load_model_config("et-tfinance") | {"width": 16, "head_dim": 8, "num_heads": 2, "num_memories": 16}).eval()
+    et = build_model(load_model_config("et-tfinance") | {"node_width": 16, "head_dim": 8, "num_heads": 2, "num_memories": 16}).eval()
     mnagt = build_model(load_model_config("mnagt-small") | {"node_vocab": [], "node_float_dim": 10}).eval()
     padded_any = False
     for batch in loader:
@@ -218,11 +218,11 @@ def test_the_edge_list_models_run_on_batches_and_the_filler(store, splits, model
     from gtscale.models import build_model, load_model_config
 
     if model_name == "et":
-        cfg = load_model_config("et-tfinance") | {"width": 16, "head_dim": 8, "num_heads": 2, "num_memories": 16}
+        cfg = load_model_config("et-tfinance") | {"node_width": 16, "head_dim": 8, "num_heads": 2, "num_memories": 16}
     else:
         cfg = load_model_config("mnagt-small") | {"node_vocab": [], "node_float_dim": 10}
     model = build_model(cfg)
     loader = build_fanout_loader(store, splits["val"], FANOUTS, 32, _config(), train=False, rank=0, world_size=1)
     for batch in [next(iter(loader)), loader.filler_batch()]:
         out = model(batch)
-        assert out.node.shape[0] == len(batch.target_node) and torch.isfinite(out.node).all()  # the targets' rows
+        assert out.node.shape[0] == len(batch.target_rows) and torch.isfinite(out.node).all()  # the targets' rows

@@ -38,7 +38,7 @@ def test_a_batch_holds_exactly_the_edges_among_its_nodes(store, splits):
     loader = build_induced_loader(store, np.arange(n), FRACTION, _config(epoch_batches=3), train=True, rank=0, world_size=1)
     for batch in loader:
         nodes = batch.target_id.numpy()  # every node is a target here: target_id lists the batch's nodes in order
-        assert batch.target_node.tolist() == list(range(batch.num_nodes)) and len(nodes) == round(FRACTION * n)
+        assert batch.target_rows.tolist() == list(range(batch.num_nodes)) and len(nodes) == round(FRACTION * n)
         expected = adjacency[nodes][:, nodes].tocoo()
         got = {(int(u), int(v)) for u, v in batch.edge_index.t()}
         assert got == set(zip(expected.row.tolist(), expected.col.tolist())) and batch.num_edges == len(got) > 0
@@ -51,7 +51,7 @@ def test_a_batch_holds_exactly_the_edges_among_its_nodes(store, splits):
         nodes = everything.target_id.numpy()
         assert np.isin(batch.target_id.numpy(), splits["train"]).all()
         np.testing.assert_array_equal(batch.target_id.numpy(), nodes[np.isin(nodes, splits["train"])])  # the split's nodes among them
-        np.testing.assert_array_equal(nodes[batch.target_node.numpy()], batch.target_id.numpy())
+        np.testing.assert_array_equal(nodes[batch.target_rows.numpy()], batch.target_id.numpy())
 
 
 def _rank_batches(store, targets, config, world_size, train, epochs=1):
@@ -134,9 +134,9 @@ def test_impossible_settings_are_refused(store, splits):
 def test_the_sparse_et_runs_on_batches_and_the_filler(store, splits):
     from gtscale.models import build_model, load_model_config
 
-    cfg = load_model_config("et-tfinance") | {"width": 16, "head_dim": 8, "num_heads": 2, "num_memories": 16}
+    cfg = load_model_config("et-tfinance") | {"node_width": 16, "head_dim": 8, "num_heads": 2, "num_memories": 16}
     model = build_model(cfg)
     loader = build_induced_loader(store, splits["val"], FRACTION, _config(), train=False, rank=0, world_size=1)
     for batch in [next(iter(loader)), loader.filler_batch()]:
         out = model(batch)
-        assert out.node.shape == (len(batch.target_node), 32) and torch.isfinite(out.node).all()  # the targets' rows
+        assert out.node.shape == (len(batch.target_rows), 32) and torch.isfinite(out.node).all()  # the targets' rows

@@ -10,7 +10,7 @@ def test_every_row_is_trained_and_scored_both_ways(tmp_path, capsys):
     out = tmp_path / "figures.json"
     code = main(["bench", "graph-sampling", "--nodes", "3000", "--edges", "20000", "--neighbour-signal", "0.8", "--fraction", "0.2",
                  "--fanouts", "5,3", "--batch-targets", "64", "--train-cpu-seconds", "2", "--eval-targets", "300",
-                 "--model-overrides", "{width: 16, num_heads: 2, head_dim: 8, num_memories: 16}", "--workdir", str(tmp_path / "work"),
+                 "--model-overrides", "{node_width: 16, num_heads: 2, head_dim: 8, num_memories: 16}", "--workdir", str(tmp_path / "work"),
                  "--json", str(out)])
     assert code == 0
     figures = json.loads(out.read_text())

@@ -22,7 +22,7 @@ ENC = "encoder.graph_encoder."
 #: Small, with the tables of the authors' data geometry: 512 rows per feature column (their
 #: convert_to_single_emb offset), 512 spatial rows (an unreachable pair reads row 511).
 TINY = {
-    "name": "graphormer", "num_layers": 2, "hidden_dim": 16, "ffn_dim": 24, "num_heads": 4,
+    "name": "graphormer", "num_layers": 2, "node_width": 16, "ffn_dim": 24, "num_heads": 4,
     "num_in_degree": 6, "num_out_degree": 6, "num_spatial": 512, "num_edge_dis": 6, "multi_hop_max_dist": 3,
     "node_vocab": [512] * 9, "edge_vocab": [512] * 3, "dropout": 0.0, "attention_dropout": 0.1, "activation_dropout": 0.1,
 }
@@ -38,7 +38,7 @@ def fairseq_checkpoint(module, cfg: dict, layout: str = "args", **options) -> di
     cfg["model"], as convert_namespace_to_omegaconf leaves a legacy model's options); "cfg-dict":
     cfg["model"] a plain dict (a dataclass-configured model after OmegaConf.to_container)."""
     sd = {k: v.clone() for k, v in module.state_dict().items()}
-    d = cfg["hidden_dim"]
+    d = cfg["node_width"]
     gen = torch.Generator().manual_seed(1)
     out = {}
     # atoms: their row v + 2 + V·c is our row v + 1 + V·c; their row 1 (no value) is never read
@@ -120,7 +120,7 @@ def test_imported_export_is_accepted_by_init_from(batch, tmp_path):
 
 def _small_pcqm_checkpoint() -> tuple[dict, dict]:
     """The released vocabularies (512 per column) at width 8, 2 heads."""
-    cfg = {**RELEASED, "hidden_dim": 8, "ffn_dim": 8, "num_heads": 2, "node_vocab": [512] * 9,
+    cfg = {**RELEASED, "node_width": 8, "ffn_dim": 8, "num_heads": 2, "node_vocab": [512] * 9,
            "edge_vocab": [512] * 3, "num_spatial": 512, "num_in_degree": 512, "num_out_degree": 512, "num_edge_dis": 4}
     ckpt = fairseq_checkpoint(randomised(cfg), cfg)
     return ckpt, cfg
@@ -241,7 +241,7 @@ def fairseq_graphormer(sd: dict, cfg: dict, batch, spatial_pos_max: int = 1024) 
     e = torch.einsum("bijdh,dhk->bijdk", e, w).sum(-2) / sp.float().unsqueeze(-1)
     bias[:, :, 1:, 1:] += e.permute(0, 3, 1, 2)
     x = ln(x, ENC + "emb_layer_norm")
-    hd = cfg["hidden_dim"] // heads
+    hd = cfg["node_width"] // heads
     for i in range(cfg["num_layers"]):
         p = ENC + f"layers.{i}."
         q = lin(x, p + "self_attn.q_proj") * hd ** -0.5

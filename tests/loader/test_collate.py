@@ -19,7 +19,7 @@ ALL_KEYS = [k for k in BATCH_KEYS if k not in (schema.TARGET_Y, schema.GRAPH_FEA
 def _records(nci_by_idx, count: int, start: int = 0) -> list[Record]:
     chosen = list(nci_by_idx.items())[start : start + count]
     return [
-        Record(f"{idx:010d}", "test.tar", len(r[schema.X]), idx, {k: v for k, v in r.items() if k != schema.META})
+        Record(f"{idx:010d}", "test.tar", len(r[schema.NODE_FEAT]), idx, {k: v for k, v in r.items() if k != schema.META})
         for idx, r in chosen
     ]
 
@@ -35,10 +35,10 @@ def test_collated_tensors_agree_with_records_and_padding_is_inert(nci_by_idx):
     for g, r in enumerate(records):
         a, k = r.arrays, sizes[g]
         assert batch.node_mask[g].tolist() == [True] * k + [False] * (n - k)
-        np.testing.assert_array_equal(batch.node_feat[g, :k].numpy(), a[schema.X].astype(np.int64) + schema.FEATURE_SHIFT)
+        np.testing.assert_array_equal(batch.node_feat[g, :k].numpy(), a[schema.NODE_FEAT].astype(np.int64) + schema.FEATURE_SHIFT)
         dense_edges = np.zeros((k, k, 3), np.int64)
         src, dst = a[schema.EDGE_INDEX].astype(np.int64)
-        dense_edges[src, dst] = a[schema.EDGE_ATTR].astype(np.int64) + schema.FEATURE_SHIFT
+        dense_edges[src, dst] = a[schema.EDGE_FEAT].astype(np.int64) + schema.FEATURE_SHIFT
         np.testing.assert_array_equal(batch.edge_feat[g, :k, :k].numpy(), dense_edges)
         np.testing.assert_array_equal(batch.spd[g, :k, :k].numpy(), a[schema.SPD])
         np.testing.assert_array_equal(batch.in_degree[g, :k].numpy(), a[schema.IN_DEGREE])
@@ -52,7 +52,7 @@ def test_collated_tensors_agree_with_records_and_padding_is_inert(nci_by_idx):
         node_y = a[schema.NODE_Y]
         np.testing.assert_array_equal(batch.node_y_mask[g, :k].numpy(), ~np.isnan(node_y))
         np.testing.assert_array_equal(batch.node_y[g, :k].numpy(), np.nan_to_num(node_y, nan=0.0))
-        expected_paths = graph_path_edges(a[schema.EDGE_INDEX], a[schema.EDGE_ATTR], a[schema.SPD], a[schema.PRED], 4)
+        expected_paths = graph_path_edges(a[schema.EDGE_INDEX], a[schema.EDGE_FEAT], a[schema.SPD], a[schema.PRED], 4)
         np.testing.assert_array_equal(batch.path_edges[g, :k, :k].numpy(), expected_paths)
         assert batch.idx[g] == r.idx
 
@@ -99,8 +99,8 @@ def test_sign_flips_keep_the_svd_product_and_are_seeded(nci_by_idx):
 
 def test_graphs_with_different_feature_widths_are_named(nci_by_idx):
     records = _records(nci_by_idx, 3)
-    records[1].arrays[schema.X] = records[1].arrays[schema.X][:, :5]
-    with pytest.raises(ShardError, match=f"sample {records[1].key}: x has shape"):
+    records[1].arrays[schema.NODE_FEAT] = records[1].arrays[schema.NODE_FEAT][:, :5]
+    with pytest.raises(ShardError, match=f"sample {records[1].key}: node_feat has shape"):
         collate(records, [])
 
 

@@ -22,9 +22,9 @@ def _records(rng) -> list[Record]:
     out = []
     for i, (n, parts) in enumerate([(6, 1), (1, 1), (8, 2), (5, 1)]):
         g = random_graph(rng, n, components=parts)
-        arrays = {schema.X: g["x"], schema.EDGE_INDEX: g["edge_index"], schema.EDGE_ATTR: g["edge_attr"],
+        arrays = {schema.NODE_FEAT: g["node_feat"], schema.EDGE_INDEX: g["edge_index"], schema.EDGE_FEAT: g["edge_feat"],
                   schema.LAP_PE: g["lap_pe"], schema.NODE_Y: rng.integers(0, 2, n).astype(np.float32),
-                  schema.Y: np.array([float(i)], np.float32), schema.TARGET_NODES: np.array([0])}
+                  schema.Y: np.array([float(i)], np.float32), schema.TARGET_POS: np.array([0])}
         out.append(Record(key=f"g{i}", shard="s", num_nodes=n, idx=i, arrays=arrays))
     return out
 
@@ -35,7 +35,7 @@ def _edge_set(eb: EdgeBatch) -> set:
 
 def test_collated_and_converted_edge_batches_agree():
     records = _records(np.random.default_rng(0))
-    keys = (schema.LAP_PE, schema.NODE_Y, schema.Y, schema.TARGET_NODES)
+    keys = (schema.LAP_PE, schema.NODE_Y, schema.Y, schema.TARGET_POS)
     direct = collate_edges(records, keys)
     converted = EdgeBatch.from_dense(collate(records, (schema.LAP_PE, schema.NODE_Y, schema.Y)))
     assert direct.num_nodes == 20 and direct.num_graphs == 4
@@ -45,7 +45,7 @@ def test_collated_and_converted_edge_batches_agree():
     torch.testing.assert_close(direct.node_y, converted.node_y)
     torch.testing.assert_close(direct.y, converted.y)
     assert _edge_set(direct) == _edge_set(converted) and direct.num_edges == converted.num_edges > 0
-    assert direct.target_node.tolist() == [0, 6, 7, 15]  # each graph's node 0, offset by the nodes before it
+    assert direct.target_rows.tolist() == [0, 6, 7, 15]  # each graph's node 0, offset by the nodes before it
     # edges stay inside their graph
     gi = direct.graph_index
     assert (gi[direct.edge_index[0]] == gi[direct.edge_index[1]]).all()

@@ -1,4 +1,4 @@
-"""Ego-subgraph shards (schema v2: x_float, node_id, target_nodes, target_y) stream through
+"""Ego-subgraph shards (node_feat_float, node_id, target_pos, target_y) stream through
 build_loader and collate into Batch.node_feat_float and the target fields, which agree with the
 graph store they were cut from; filler batches of such a loader carry no target."""
 
@@ -39,7 +39,7 @@ def test_ego_batches_agree_with_the_store(ego_shards):
         b, n = batch.node_mask.shape
         assert batch.node_feat.shape == (b, n, 0) and batch.node_feat_float.shape == (b, n, store.manifest["num_features"])
         assert batch.node_feat_float.dtype == torch.float32 and batch.edge_feat.shape == (b, n, n, 1)
-        assert batch.target_node.tolist() == [[0]] * b  # the target is node 0 of its ego subgraph
+        assert batch.target_pos.tolist() == [[0]] * b  # the target is node 0 of its ego subgraph
         assert batch.target_id[:, 0].tolist() == batch.idx.tolist()
         assert batch.target_y_mask.all()
         np.testing.assert_array_equal(batch.target_y[:, 0].numpy(), store.labels[batch.idx.numpy()].astype(np.float32))
@@ -71,9 +71,9 @@ def test_ego_evaluation_sees_each_target_once_and_filler_has_none(ego_shards):
 
 def _record(key: str, n: int, targets: list[int], ids: list[int], labels: list[float]) -> Record:
     return Record(key, "s.tar", n, ids[targets[0]] if targets else -1, {
-        schema.X_FLOAT: np.full((n, 2), float(n), np.float16),
+        schema.NODE_FEAT_FLOAT: np.full((n, 2), float(n), np.float16),
         schema.EDGE_INDEX: np.array([[0], [n - 1]], np.int16),
-        schema.TARGET_NODES: np.array(targets, np.int16),
+        schema.TARGET_POS: np.array(targets, np.int16),
         schema.TARGET_Y: np.array(labels, np.float32),
         schema.NODE_ID: np.array(ids, np.int64),
     })
@@ -82,7 +82,7 @@ def _record(key: str, n: int, targets: list[int], ids: list[int], labels: list[f
 def test_several_targets_per_graph_pad_with_filler_ids_and_pick_their_rows():
     records = [_record("a", 3, [2, 0], [10, 11, 12], [1.0, np.nan]), _record("b", 2, [1], [20, 21], [0.0])]
     batch = collate(records, [schema.TARGET_Y])
-    assert batch.target_node.tolist() == [[2, 0], [1, 0]]
+    assert batch.target_pos.tolist() == [[2, 0], [1, 0]]
     assert batch.target_id.tolist() == [[12, 10], [21, FILLER_IDX]]
     assert batch.target_y_mask.tolist() == [[True, False], [True, False]]
     assert batch.target_y.tolist() == [[1.0, 0.0], [0.0, 0.0]]
@@ -93,9 +93,9 @@ def test_several_targets_per_graph_pad_with_filler_ids_and_pick_their_rows():
 
 def test_a_batch_never_mixes_categorical_and_continuous_features():
     molecule = Record("m", "mol.tar", 2, 0, {
-        schema.X: np.zeros((2, 9), np.uint8), schema.EDGE_INDEX: np.zeros((2, 0), np.int16), schema.EDGE_ATTR: np.zeros((0, 3), np.uint8),
+        schema.NODE_FEAT: np.zeros((2, 9), np.uint8), schema.EDGE_INDEX: np.zeros((2, 0), np.int16), schema.EDGE_FEAT: np.zeros((0, 3), np.uint8),
     })
-    with pytest.raises(ShardError, match="s.tar: sample a: has x_float .continuous. node features, others in its batch have x .categorical."):
+    with pytest.raises(ShardError, match="s.tar: sample a: has node_feat_float .continuous. node features, others in its batch have node_feat .categorical."):
         collate([molecule, _record("a", 2, [0], [5, 6], [1.0])])
 
 

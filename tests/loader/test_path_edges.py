@@ -13,10 +13,10 @@ from gtscale.loader.path_edges import PathError, edge_id_table, graph_path_edges
 from gtscale.prep.structure import shortest_paths
 
 
-def _check_paths(n: int, edge_index: np.ndarray, edge_attr: np.ndarray, max_dist: int) -> None:
+def _check_paths(n: int, edge_index: np.ndarray, edge_feat: np.ndarray, max_dist: int) -> None:
     """Every (i, j): the rebuilt edge sequence is a shortest i→j path's first D edges (networkx BFS)."""
     spd, pred = shortest_paths(edge_index, n)
-    out = graph_path_edges(edge_index, edge_attr, spd, pred, max_dist)
+    out = graph_path_edges(edge_index, edge_feat, spd, pred, max_dist)
     ids = path_edge_ids(
         spd[None].astype(np.int64),
         np.where(pred == schema.pred_sentinel(pred.dtype), -1, pred.astype(np.int64))[None],
@@ -27,7 +27,7 @@ def _check_paths(n: int, edge_index: np.ndarray, edge_attr: np.ndarray, max_dist
     graph.add_nodes_from(range(n))
     graph.add_edges_from(zip(edge_index[0].tolist(), edge_index[1].tolist()))
     hops = dict(nx.all_pairs_shortest_path_length(graph))
-    assert out.shape == (n, n, max_dist, edge_attr.shape[1])
+    assert out.shape == (n, n, max_dist, edge_feat.shape[1])
     for i in range(n):
         for j in range(n):
             d = hops[i].get(j)
@@ -46,7 +46,7 @@ def _check_paths(n: int, edge_index: np.ndarray, edge_attr: np.ndarray, max_dist
                 assert u == walk[-1], "consecutive path edges must share a node"
                 walk.append(int(v))
                 assert hops[i][int(v)] == position + 1, "each step must move one hop further from i"
-                np.testing.assert_array_equal(out[i, j, position], edge_attr[e].astype(np.int64) + schema.FEATURE_SHIFT)
+                np.testing.assert_array_equal(out[i, j, position], edge_feat[e].astype(np.int64) + schema.FEATURE_SHIFT)
             if d <= max_dist:
                 assert walk[-1] == j
             else:
@@ -56,7 +56,7 @@ def _check_paths(n: int, edge_index: np.ndarray, edge_attr: np.ndarray, max_dist
 @pytest.mark.parametrize("max_dist", [1, 3, 5, 30])
 def test_path_edges_of_nci_molecules_are_shortest_paths(nci_by_idx, max_dist):
     for record in list(nci_by_idx.values())[:12]:
-        _check_paths(len(record[schema.X]), record[schema.EDGE_INDEX].astype(np.int64), record[schema.EDGE_ATTR], max_dist)
+        _check_paths(len(record[schema.NODE_FEAT]), record[schema.EDGE_INDEX].astype(np.int64), record[schema.EDGE_FEAT], max_dist)
 
 
 @st.composite
@@ -75,23 +75,23 @@ def random_graphs(draw):
 @settings(max_examples=60, deadline=None)
 @given(random_graphs(), st.integers(1, 6))
 def test_path_edges_of_random_directed_and_disconnected_graphs(graph, max_dist):
-    n, edge_index, edge_attr = graph
+    n, edge_index, edge_feat = graph
     spd, pred = shortest_paths(edge_index, n)
-    out = graph_path_edges(edge_index, edge_attr, spd, pred, max_dist)
+    out = graph_path_edges(edge_index, edge_feat, spd, pred, max_dist)
     assert out.shape == (n, n, max_dist, 2)
-    _check_paths(n, edge_index, edge_attr, max_dist)
+    _check_paths(n, edge_index, edge_feat, max_dist)
 
 
 def test_long_paths_stored_at_spd_max_still_get_their_first_edges():
     n = schema.SPD_MAX + 6  # a path graph whose far pairs are capped at SPD_MAX hops
     src = np.arange(n - 1)
     edge_index = np.stack([np.concatenate([src, src + 1]), np.concatenate([src + 1, src])])
-    edge_attr = (np.arange(edge_index.shape[1]) % 5).astype(np.uint8)[:, None]
+    edge_feat = (np.arange(edge_index.shape[1]) % 5).astype(np.uint8)[:, None]
     spd, pred = shortest_paths(edge_index, n)
     assert (spd == schema.SPD_MAX).sum() > 0
-    out = graph_path_edges(edge_index, edge_attr, spd, pred, 3)
+    out = graph_path_edges(edge_index, edge_feat, spd, pred, 3)
     far = n - 1  # 0 → far is n - 1 hops: its first three edges are 0→1, 1→2, 2→3
-    np.testing.assert_array_equal(out[0, far, :, 0], edge_attr[:3, 0].astype(np.int64) + schema.FEATURE_SHIFT)
+    np.testing.assert_array_equal(out[0, far, :, 0], edge_feat[:3, 0].astype(np.int64) + schema.FEATURE_SHIFT)
 
 
 def test_a_predecessor_without_an_edge_is_an_error_naming_the_pair():

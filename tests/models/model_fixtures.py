@@ -37,9 +37,9 @@ def random_graph(rng: np.random.Generator, n: int, components: int = 1) -> dict:
     src = [a for a, b in undirected] + [b for a, b in undirected]
     dst = [b for a, b in undirected] + [a for a, b in undirected]
     return {
-        "x": np.stack([rng.integers(0, d, n) for d in ATOM_FEATURE_DIMS], axis=1),
+        "node_feat": np.stack([rng.integers(0, d, n) for d in ATOM_FEATURE_DIMS], axis=1),
         "edge_index": np.array([src, dst], dtype=np.int64).reshape(2, -1),
-        "edge_attr": np.concatenate([attr, attr]) if len(undirected) else attr,
+        "edge_feat": np.concatenate([attr, attr]) if len(undirected) else attr,
         "svd_pe": rng.standard_normal((n, 2 * SVD_RANK)).astype(np.float32),
         "lap_pe": rng.standard_normal((n, LAP_K)).astype(np.float32),
     }
@@ -50,7 +50,7 @@ def _structure(g: dict, n: int):
     adj = csr_matrix((np.ones(len(src)), (src, dst)), shape=(n, n))
     dist, pred = shortest_path(adj, unweighted=True, return_predecessors=True)
     spd = np.where(np.isfinite(dist), np.minimum(dist, SPD_MAX), SPD_UNREACHABLE).astype(np.int64)
-    feat = {(int(a), int(b)): g["edge_attr"][k] + FEATURE_SHIFT for k, (a, b) in enumerate(zip(src, dst))}
+    feat = {(int(a), int(b)): g["edge_feat"][k] + FEATURE_SHIFT for k, (a, b) in enumerate(zip(src, dst))}
     path = np.zeros((n, n, PATH_HOPS, len(BOND_FEATURE_DIMS)), dtype=np.int64)
     for i in range(n):
         for j in range(n):
@@ -67,7 +67,7 @@ def _structure(g: dict, n: int):
 
 def make_batch(graphs: list[dict], pad_to: int | None = None) -> Batch:
     """Dense Batch of `graphs`, padded to the largest graph (or to `pad_to` nodes)."""
-    sizes = [g["x"].shape[0] for g in graphs]
+    sizes = [g["node_feat"].shape[0] for g in graphs]
     b, n = len(graphs), max(sizes + [pad_to or 0])
     fe = len(BOND_FEATURE_DIMS)
     out = {
@@ -83,10 +83,10 @@ def make_batch(graphs: list[dict], pad_to: int | None = None) -> Batch:
     }
     for k, (g, size) in enumerate(zip(graphs, sizes)):
         spd, path, in_deg, out_deg = _structure(g, size)
-        out["node_feat"][k, :size] = torch.from_numpy(g["x"] + FEATURE_SHIFT)
+        out["node_feat"][k, :size] = torch.from_numpy(g["node_feat"] + FEATURE_SHIFT)
         out["node_mask"][k, :size] = True
         src, dst = g["edge_index"]
-        out["edge_feat"][k, src, dst] = torch.from_numpy(g["edge_attr"] + FEATURE_SHIFT).long()
+        out["edge_feat"][k, src, dst] = torch.from_numpy(g["edge_feat"] + FEATURE_SHIFT).long()
         out["spd"][k, :size, :size] = torch.from_numpy(spd)
         out["in_degree"][k, :size] = torch.from_numpy(in_deg)
         out["out_degree"][k, :size] = torch.from_numpy(out_deg)
@@ -117,14 +117,14 @@ TINY_EGT = {
     "num_virtual_nodes": 2, "upto_hop": 4, "svd_rank": SVD_RANK, "output_edges": True,
 }
 TINY_GRAPHORMER = {
-    "name": "graphormer", "num_layers": 2, "hidden_dim": 16, "ffn_dim": 24, "num_heads": 4,
+    "name": "graphormer", "num_layers": 2, "node_width": 16, "ffn_dim": 24, "num_heads": 4,
     "num_in_degree": 6, "num_out_degree": 6, "num_spatial": 8, "num_edge_dis": 6, "multi_hop_max_dist": 3,
 }
 TINY_ET = {
-    "name": "et", "form": "dense", "width": 16, "num_heads": 2, "head_dim": 8, "num_memories": 24,
+    "name": "et", "form": "dense", "node_width": 16, "num_heads": 2, "head_dim": 8, "num_memories": 24,
     "num_steps": 3, "step_size": 0.5, "lap_k": LAP_K,
 }
 TINY_ET_SPARSE = {**TINY_ET, "form": "sparse", "lap_k": 0, "cls_token": False, "learned_adjacency": False}
 TINY_MNAGT = {
-    "name": "mnagt", "num_layers": 2, "hidden_dim": 16, "num_kernels": 3, "num_heads": 4, "ffn_dim": 24,
+    "name": "mnagt", "num_layers": 2, "node_width": 16, "num_kernels": 3, "num_heads": 4, "ffn_dim": 24,
 }

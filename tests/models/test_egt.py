@@ -23,9 +23,9 @@ def _path_graph(n: int, x_seed: int = 0) -> dict:
     dst = list(range(1, n)) + list(range(n - 1))
     attr = np.zeros((2 * (n - 1), 3), dtype=np.int64)
     return {
-        "x": np.stack([rng.integers(0, d, n) for d in ATOM_FEATURE_DIMS], axis=1),
+        "node_feat": np.stack([rng.integers(0, d, n) for d in ATOM_FEATURE_DIMS], axis=1),
         "edge_index": np.array([src, dst]),
-        "edge_attr": attr,
+        "edge_feat": attr,
         "svd_pe": rng.standard_normal((n, 2 * SVD_RANK)).astype(np.float32),
     }
 
@@ -69,8 +69,8 @@ def test_constrained_attends_to_one_hop_only(constrained, moved):
     only nodes within one hop of it (2, 3, 4)."""
     model = _egt(num_layers=1, num_virtual_nodes=0, constrained=constrained)
     g = _path_graph(5)
-    changed = {**g, "x": g["x"].copy()}
-    changed["x"][3, 0] = (changed["x"][3, 0] + 1) % ATOM_FEATURE_DIMS[0]
+    changed = {**g, "node_feat": g["node_feat"].copy()}
+    changed["node_feat"][3, 0] = (changed["node_feat"][3, 0] + 1) % ATOM_FEATURE_DIMS[0]
     with torch.no_grad():
         before, after = model(make_batch([g])).node[0], model(make_batch([changed])).node[0]
     differs = {i for i in range(5) if not torch.allclose(before[i], after[i], atol=1e-6)}
@@ -126,7 +126,7 @@ def test_centrality_scalers(graphs):
     v = TINY_EGT["num_virtual_nodes"]
     expected = torch.ones(len(graphs), ctx.packing.size)  # [B, M], virtual nodes first
     for k, g in enumerate(graphs):
-        n = g["x"].shape[0]
+        n = g["node_feat"].shape[0]
         expected[k, v:v + n] = float(np.log1p((v + n) / (1 + np.exp(-c))))
     unpack = ctx.packing.unpack_tokens
     torch.testing.assert_close(unpack(scaled), unpack(plain) * expected[..., None], atol=1e-5, rtol=1e-5)

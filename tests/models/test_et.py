@@ -85,7 +85,7 @@ def test_dense_and_sparse_forms_agree(graphs, self_loops):
     with torch.no_grad():
         d_out, s_out = dense(batch), sparse(batch)
         e_out = sparse(EdgeBatch.from_dense(batch))
-    width = TINY_ET["width"]
+    width = TINY_ET["node_width"]
     torch.testing.assert_close(s_out.node[..., width:], d_out.node, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(e_out.node, s_out.node[batch.node_mask], atol=1e-6, rtol=1e-6)
     assert d_out.node.abs().max() > 0.1
@@ -150,7 +150,7 @@ def _random_graphs(seed: int, symmetric: bool, graphs: int = 3, nodes: int = 40,
         src, dst = torch.cat([src, dst]), torch.cat([dst, src])
     n = graphs * nodes
     return EdgeBatch(edge_index=torch.stack([src, dst]), graph_index=torch.arange(n) // nodes, num_graphs=graphs,
-                     node_feat_float=torch.randn(n, 5, generator=gen), target_node=torch.randperm(n, generator=gen)[:9])
+                     node_feat_float=torch.randn(n, 5, generator=gen), target_rows=torch.randperm(n, generator=gen)[:9])
 
 
 @pytest.mark.parametrize("num_steps", [1, 2, 3])
@@ -166,14 +166,14 @@ def test_the_targets_alone_score_as_in_the_whole_forward(num_steps, symmetric):
         for p in model.parameters():  # away from the initial values (γ = 1, δ = 0)
             p.add_(0.1 * torch.randn_like(p))
     batch = _random_graphs(num_steps, symmetric)
-    steps = model.step_graphs(model.structure(batch), batch.target_node)
+    steps = model.step_graphs(model.structure(batch), batch.target_rows)
     assert isinstance(steps[-1], TargetedEdgeGraph) and steps[-1].reads.shape[0] < batch.num_nodes
-    weight = torch.randn(len(batch.target_node), model.node_dim)
+    weight = torch.randn(len(batch.target_rows), model.node_dim)
     outputs = []
-    for targets in (batch.target_node, None):
+    for targets in (batch.target_rows, None):
         torch.manual_seed(1)  # the same noise
-        node = model(dataclasses.replace(batch, target_node=targets)).node
-        node = node if targets is not None else node[batch.target_node]
+        node = model(dataclasses.replace(batch, target_rows=targets)).node
+        node = node if targets is not None else node[batch.target_rows]
         outputs.append((node, torch.autograd.grad((node * weight).sum(), list(model.parameters()))))
     (alone, alone_grads), (whole, whole_grads) = outputs
     torch.testing.assert_close(alone, whole, atol=1e-6, rtol=1e-6)
@@ -191,7 +191,7 @@ def test_a_targeted_step_reads_the_nodes_within_two_hops():
 
     model = _model(TINY_ET_SPARSE, node_vocab=[], node_float_dim=5, self_loops=True)
     batch = _random_graphs(0, symmetric=True, edges=30)
-    rows = torch.unique(batch.target_node)
+    rows = torch.unique(batch.target_rows)
     src, dst = batch.edge_index.numpy()
     n = batch.num_nodes
     hops = shortest_path(csr_matrix((np.ones(len(src)), (src, dst)), shape=(n, n)), indices=rows.numpy(), unweighted=True).min(0)
@@ -229,7 +229,7 @@ def test_et_trains_through_the_task_model():
     records = []
     for i, smiles in enumerate(["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "[Na+]"]):
         arrays = featurize_smiles(smiles)
-        n = arrays[schema.X].shape[0]
+        n = arrays[schema.NODE_FEAT].shape[0]
         arrays.update(structure(arrays[schema.EDGE_INDEX], n, StructureOptions(svd_rank=0, lap_k=model_cfg["lap_k"])))
         arrays[schema.Y] = np.array([i % 2], np.float32)
         records.append(Record(key=f"m{i}", shard="test", num_nodes=n, idx=i, arrays=arrays))
@@ -248,7 +248,7 @@ def test_dense_and_sparse_forms_train_alike(graphs):
     dense, sparse = _model(TINY_ET, **common), _model(TINY_ET_SPARSE, **common)
     sparse.load_state_dict(dense.state_dict())
     batch = make_batch(graphs)
-    width = TINY_ET["width"]
+    width = TINY_ET["node_width"]
     gen = torch.Generator().manual_seed(0)
     proj = torch.randn(batch.node_mask.shape + (width,), generator=gen)
     (dense(batch).node * proj).sum().backward()

@@ -80,7 +80,7 @@ def test_first_residual_is_the_propagated_input(graphs):
             out.bias.zero_()
     edges = EdgeBatch.from_dense(make_batch(graphs))
     prop = model._propagation(edges)
-    x = torch.randn(edges.num_nodes, TINY_MNAGT["hidden_dim"])
+    x = torch.randn(edges.num_nodes, TINY_MNAGT["node_width"])
     with torch.no_grad():
         h = layer.ln1(prop(x))
         expected = layer.ln2(h + layer.ffn2(torch.nn.functional.gelu(layer.ffn1(h))))
@@ -89,7 +89,7 @@ def test_first_residual_is_the_propagated_input(graphs):
 
 def test_adaptive_weights_are_a_softmax_over_kernels(graphs):
     layer = _model().layers[0]
-    z = [torch.randn(7, TINY_MNAGT["hidden_dim"]) for _ in range(TINY_MNAGT["num_kernels"])]
+    z = [torch.randn(7, TINY_MNAGT["node_width"]) for _ in range(TINY_MNAGT["num_kernels"])]
     combined = layer.combine(z)
     # the combination lies in the convex hull: a weighted mean with weights in (0, 1) summing to 1
     scores = torch.cat([layer.score_vector(torch.tanh(layer.score(t))) for t in z], dim=1)

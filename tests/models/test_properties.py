@@ -42,7 +42,7 @@ def test_padding_changes_nothing(name, graphs):
         together = model(make_batch(graphs, pad_to=14))
         for k, g in enumerate(graphs):
             alone = model(make_batch([g]))
-            n = g["x"].shape[0]
+            n = g["node_feat"].shape[0]
             torch.testing.assert_close(together.node[k, :n], alone.node[0], atol=1e-5, rtol=1e-5)
             torch.testing.assert_close(together.graph[k], alone.graph[0], atol=1e-5, rtol=1e-5)
             if together.edge is not None:
@@ -54,7 +54,7 @@ def test_padding_changes_nothing(name, graphs):
 def test_node_permutation_equivariance(name, graphs):
     model = _model(name).eval()
     batch = make_batch(graphs)
-    k, n = 4, graphs[4]["x"].shape[0]
+    k, n = 4, graphs[4]["node_feat"].shape[0]
     perm = torch.from_numpy(np.random.default_rng(1).permutation(n))
     with torch.no_grad():
         base, permuted = model(batch), model(permute_graph(batch, k, perm))

@@ -61,9 +61,9 @@ def dense_graphormer(model, batch):
     cfg = model.cfg
     x = model._nodes(batch)
     bias = model.attention_bias(batch, torch.float32)
-    heads, d = cfg.num_heads, cfg.hidden_dim // cfg.num_heads
+    heads, d = cfg.num_heads, cfg.node_width // cfg.num_heads
     for layer in model.layers:
-        q, k, v = layer.qkv(layer.ln(x)).split(cfg.hidden_dim, dim=-1)
+        q, k, v = layer.qkv(layer.ln(x)).split(cfg.node_width, dim=-1)
         q, k, v = (t.unflatten(-1, (heads, d)).transpose(1, 2) for t in (q, k, v))
         attn = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(d) + bias, dim=-1)
         x = x + layer.out((attn @ v).transpose(1, 2).flatten(-2))

@@ -29,9 +29,9 @@ def test_identical_to_smiles2graph_on_all_bundled_molecules():
             rejected += 1
             continue
         graph = featurize_smiles(smiles)
-        assert np.array_equal(graph[schema.X], reference["node_feat"]), smiles
+        assert np.array_equal(graph[schema.NODE_FEAT], reference["node_feat"]), smiles
         assert np.array_equal(graph[schema.EDGE_INDEX], reference["edge_index"]), smiles
-        assert np.array_equal(graph[schema.EDGE_ATTR], reference["edge_feat"]), smiles
+        assert np.array_equal(graph[schema.EDGE_FEAT], reference["edge_feat"]), smiles
         compared += 1
     assert compared > 14_900 and rejected < 20
 
@@ -46,18 +46,18 @@ def test_identical_to_smiles2graph_on_all_bundled_molecules():
 def test_edge_cases_match_smiles2graph(smiles):
     reference = smiles2graph(smiles)
     graph = featurize_smiles(smiles)
-    assert np.array_equal(graph[schema.X], reference["node_feat"])
+    assert np.array_equal(graph[schema.NODE_FEAT], reference["node_feat"])
     assert np.array_equal(graph[schema.EDGE_INDEX], reference["edge_index"])
-    assert np.array_equal(graph[schema.EDGE_ATTR], reference["edge_feat"])
+    assert np.array_equal(graph[schema.EDGE_FEAT], reference["edge_feat"])
 
 
 def test_compact_dtypes():
     graph = featurize_smiles("CCO")
-    assert graph[schema.X].dtype == np.uint8 and graph[schema.X].shape == (3, len(schema.ATOM_FEATURE_DIMS))
+    assert graph[schema.NODE_FEAT].dtype == np.uint8 and graph[schema.NODE_FEAT].shape == (3, len(schema.ATOM_FEATURE_DIMS))
     assert graph[schema.EDGE_INDEX].dtype == np.int16 and graph[schema.EDGE_INDEX].shape == (2, 4)
-    assert graph[schema.EDGE_ATTR].dtype == np.uint8 and graph[schema.EDGE_ATTR].shape == (4, len(schema.BOND_FEATURE_DIMS))
+    assert graph[schema.EDGE_FEAT].dtype == np.uint8 and graph[schema.EDGE_FEAT].shape == (4, len(schema.BOND_FEATURE_DIMS))
     single = featurize_smiles("[Na+]")
-    assert single[schema.EDGE_INDEX].shape == (2, 0) and single[schema.EDGE_ATTR].shape == (0, 3)
+    assert single[schema.EDGE_INDEX].shape == (2, 0) and single[schema.EDGE_FEAT].shape == (0, 3)
 
 
 @pytest.mark.parametrize("smiles,reason", [("", "empty_smiles"), ("   ", "empty_smiles"), ("C1CC", "invalid_smiles"), ("not a molecule", "invalid_smiles")])

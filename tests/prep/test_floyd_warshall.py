@@ -78,14 +78,14 @@ def authors_edge_input(max_dist: int, path: np.ndarray, edge_feat: np.ndarray) -
     return out
 
 
-def authors_path_edges(edge_index: np.ndarray, edge_attr: np.ndarray, n: int, max_dist: int) -> tuple[np.ndarray, np.ndarray]:
+def authors_path_edges(edge_index: np.ndarray, edge_feat: np.ndarray, n: int, max_dist: int) -> tuple[np.ndarray, np.ndarray]:
     """(path matrix, path edges in gtscale's convention: bond features + FEATURE_SHIFT, FEATURE_PAD where none)."""
     adjacency = np.zeros((n, n), dtype=bool)
     adjacency[edge_index[0], edge_index[1]] = True
-    edge_feat = np.zeros((n, n, edge_attr.shape[1]), dtype=np.int64)
-    edge_feat[edge_index[0], edge_index[1]] = edge_attr.astype(np.int64) + schema.FEATURE_SHIFT  # Graphormer's attn_edge_type
+    attn_edge_type = np.zeros((n, n, edge_feat.shape[1]), dtype=np.int64)
+    attn_edge_type[edge_index[0], edge_index[1]] = edge_feat.astype(np.int64) + schema.FEATURE_SHIFT
     _, path = authors_floyd_warshall(adjacency)
-    edges = authors_edge_input(max_dist, path, edge_feat)
+    edges = authors_edge_input(max_dist, path, attn_edge_type)
     return path, np.where(edges == -1, schema.FEATURE_PAD, edges)
 
 
@@ -105,18 +105,18 @@ TIED = {
 FW = StructureOptions(svd_rank=0, lap_k=0, paths="floyd-warshall")
 
 
-def _fw_edges(edge_index: np.ndarray, edge_attr: np.ndarray, n: int, max_dist: int) -> np.ndarray:
+def _fw_edges(edge_index: np.ndarray, edge_feat: np.ndarray, n: int, max_dist: int) -> np.ndarray:
     arrays = structure(edge_index, n, FW)
-    return graph_path_edges(edge_index, edge_attr, arrays[schema.SPD], arrays[schema.PRED], max_dist, arrays[schema.FW_MID])
+    return graph_path_edges(edge_index, edge_feat, arrays[schema.SPD], arrays[schema.PRED], max_dist, arrays[schema.FW_MID])
 
 
 @pytest.mark.parametrize("name", sorted(TIED))
 @pytest.mark.parametrize("max_dist", [1, 3, 5, 20])
 def test_path_edges_equal_the_authors_on_molecules_with_tied_paths(name, max_dist):
     graph = featurize_smiles(TIED[name])
-    n, edge_index, edge_attr = len(graph[schema.X]), graph[schema.EDGE_INDEX].astype(np.int64), graph[schema.EDGE_ATTR]
-    path, expected = authors_path_edges(edge_index, edge_attr, n, max_dist)
-    np.testing.assert_array_equal(_fw_edges(edge_index, edge_attr, n, max_dist), expected)  # every pair, every position
+    n, edge_index, edge_feat = len(graph[schema.NODE_FEAT]), graph[schema.EDGE_INDEX].astype(np.int64), graph[schema.EDGE_FEAT]
+    path, expected = authors_path_edges(edge_index, edge_feat, n, max_dist)
+    np.testing.assert_array_equal(_fw_edges(edge_index, edge_feat, n, max_dist), expected)  # every pair, every position
     mid = floyd_warshall_mid(edge_index, n)
     np.testing.assert_array_equal(np.where(mid == schema.pred_sentinel(mid.dtype), -1, mid.astype(np.int64)), np.where(path == UNREACHABLE, -1, path))
 
@@ -126,18 +126,18 @@ def test_bfs_paths_differ_from_the_authors_where_shortest_paths_tie():
     differing = []
     for name, smiles in TIED.items():
         graph = featurize_smiles(smiles)
-        n, edge_index, edge_attr = len(graph[schema.X]), graph[schema.EDGE_INDEX].astype(np.int64), graph[schema.EDGE_ATTR]
+        n, edge_index, edge_feat = len(graph[schema.NODE_FEAT]), graph[schema.EDGE_INDEX].astype(np.int64), graph[schema.EDGE_FEAT]
         arrays = structure(edge_index, n, StructureOptions(svd_rank=0, lap_k=0))
-        bfs = graph_path_edges(edge_index, edge_attr, arrays[schema.SPD], arrays[schema.PRED], 5)
-        if not np.array_equal(bfs, authors_path_edges(edge_index, edge_attr, n, 5)[1]):
+        bfs = graph_path_edges(edge_index, edge_feat, arrays[schema.SPD], arrays[schema.PRED], 5)
+        if not np.array_equal(bfs, authors_path_edges(edge_index, edge_feat, n, 5)[1]):
             differing.append(name)
     assert {"cyclohexene", "p-benzoquinone"} <= set(differing)
 
 
 def test_path_edges_equal_the_authors_on_nci_molecules(nci_by_idx):
     for record in list(nci_by_idx.values())[:40]:
-        n, edge_index, edge_attr = len(record[schema.X]), record[schema.EDGE_INDEX].astype(np.int64), record[schema.EDGE_ATTR]
-        np.testing.assert_array_equal(_fw_edges(edge_index, edge_attr, n, 5), authors_path_edges(edge_index, edge_attr, n, 5)[1])
+        n, edge_index, edge_feat = len(record[schema.NODE_FEAT]), record[schema.EDGE_INDEX].astype(np.int64), record[schema.EDGE_FEAT]
+        np.testing.assert_array_equal(_fw_edges(edge_index, edge_feat, n, 5), authors_path_edges(edge_index, edge_feat, n, 5)[1])
 
 
 @st.composite
@@ -155,34 +155,34 @@ def random_graphs(draw):
 @settings(max_examples=60, deadline=None)
 @given(random_graphs(), st.integers(1, 6))
 def test_path_edges_equal_the_authors_on_random_directed_and_disconnected_graphs(graph, max_dist):
-    n, edge_index, edge_attr = graph
-    np.testing.assert_array_equal(_fw_edges(edge_index, edge_attr, n, max_dist), authors_path_edges(edge_index, edge_attr, n, max_dist)[1])
+    n, edge_index, edge_feat = graph
+    np.testing.assert_array_equal(_fw_edges(edge_index, edge_feat, n, max_dist), authors_path_edges(edge_index, edge_feat, n, max_dist)[1])
 
 
 def test_long_paths_stored_at_spd_max_still_get_the_authors_first_edges():
     n = schema.SPD_MAX + 6  # a path graph: far pairs are capped at SPD_MAX hops
     src = np.arange(n - 1)
     edge_index = np.stack([np.concatenate([src, src + 1]), np.concatenate([src + 1, src])])
-    edge_attr = (np.arange(edge_index.shape[1]) % 5).astype(np.uint8)[:, None]
-    out = _fw_edges(edge_index, edge_attr, n, 3)
-    np.testing.assert_array_equal(out[0, n - 1, :, 0], edge_attr[:3, 0].astype(np.int64) + schema.FEATURE_SHIFT)
+    edge_feat = (np.arange(edge_index.shape[1]) % 5).astype(np.uint8)[:, None]
+    out = _fw_edges(edge_index, edge_feat, n, 3)
+    np.testing.assert_array_equal(out[0, n - 1, :, 0], edge_feat[:3, 0].astype(np.int64) + schema.FEATURE_SHIFT)
     backwards = (n - 1) + np.array([n - 2, n - 3, n - 4])  # rows of the edges n-1 → n-2 → n-3 → n-4
-    np.testing.assert_array_equal(out[n - 1, 0, :, 0], edge_attr[backwards, 0].astype(np.int64) + schema.FEATURE_SHIFT)
+    np.testing.assert_array_equal(out[n - 1, 0, :, 0], edge_feat[backwards, 0].astype(np.int64) + schema.FEATURE_SHIFT)
 
 
 def test_a_corrupt_fw_mid_is_an_error_naming_the_pair():
     graph = featurize_smiles(TIED["cyclohexene"])
-    edge_index, edge_attr = graph[schema.EDGE_INDEX].astype(np.int64), graph[schema.EDGE_ATTR]
+    edge_index, edge_feat = graph[schema.EDGE_INDEX].astype(np.int64), graph[schema.EDGE_FEAT]
     arrays = structure(edge_index, 6, FW)
     for pair, value, message in [((0, 3), 0, "not on a shortest"), ((0, 3), 250, "outside the graph"), ((0, 1), 4, "not on a shortest")]:
         mid = arrays[schema.FW_MID].copy()
         mid[pair] = value
         with pytest.raises(PathError, match=message):
-            graph_path_edges(edge_index, edge_attr, arrays[schema.SPD], arrays[schema.PRED], 3, mid)
+            graph_path_edges(edge_index, edge_feat, arrays[schema.SPD], arrays[schema.PRED], 3, mid)
     mid = arrays[schema.FW_MID].copy()
     mid[0, 3] = schema.pred_sentinel(mid.dtype)  # "no intermediate node" for a pair 3 hops apart
     with pytest.raises(PathError, match=r"\(0, 3\).*not an edge"):
-        graph_path_edges(edge_index, edge_attr, arrays[schema.SPD], arrays[schema.PRED], 3, mid)
+        graph_path_edges(edge_index, edge_feat, arrays[schema.SPD], arrays[schema.PRED], 3, mid)
 
 
 def test_paths_option_needs_shortest_paths():
@@ -238,8 +238,8 @@ def test_loader_batches_follow_the_authors_paths(sharded):
         for batch in build_loader(sharded["floyd-warshall"], split, config, train=False, rank=0, world_size=1):
             for g, idx in enumerate(batch.idx.tolist()):
                 graph = featurize_smiles(list(TIED.values())[idx])
-                n = len(graph[schema.X])
-                expected = authors_path_edges(graph[schema.EDGE_INDEX].astype(np.int64), graph[schema.EDGE_ATTR], n, 5)[1]
+                n = len(graph[schema.NODE_FEAT])
+                expected = authors_path_edges(graph[schema.EDGE_INDEX].astype(np.int64), graph[schema.EDGE_FEAT], n, 5)[1]
                 np.testing.assert_array_equal(batch.path_edges[g, :n, :n].numpy(), expected)
                 assert (batch.path_edges[g, n:] == schema.FEATURE_PAD).all() and (batch.path_edges[g, :, n:] == schema.FEATURE_PAD).all()
                 seen += 1

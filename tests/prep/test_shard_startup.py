@@ -30,7 +30,7 @@ def shard_report(tmp_path: Path, *options: str) -> dict:
     source.write_text("smiles\n" + "\n".join(smiles) + "\n")
     for smi in smiles:  # the premise: no molecule whose twins halve its SVD problem
         graph = featurize_smiles(smi)
-        adj = np.zeros((1, len(graph["x"]), len(graph["x"])), bool)
+        adj = np.zeros((1, len(graph["node_feat"]), len(graph["node_feat"])), bool)
         adj[0, graph["edge_index"][0], graph["edge_index"][1]] = True
         assert not twins_halve(adj)[0], smi
     argv = ["shard", "smiles-csv", "--input", str(source), "--out", str(tmp_path / "out"), "--no-progress", *options]

@@ -74,7 +74,7 @@ def test_records_hold_the_contract(nci):
     n = rec["meta"]["num_nodes"]
     assert key == f"{rec['meta']['idx']:010d}"
     expected = {
-        "x": (np.uint8, (n, 9)), "edge_attr": (np.uint8, (rec["meta"]["num_edges"], 3)), "spd": (np.uint8, (n, n)),
+        "node_feat": (np.uint8, (n, 9)), "edge_feat": (np.uint8, (rec["meta"]["num_edges"], 3)), "spd": (np.uint8, (n, n)),
         "pred": (np.uint8, (n, n)), "svd_pe": (np.float16, (n, 16)), "lap_pe": (np.float16, (n, 8)),
         "lap_eigval": (np.float16, (8,)), "y": (np.float32, (1,)), "in_degree": (np.uint8, (n,)),
     }
@@ -140,7 +140,7 @@ def test_pcqm4mv2_layout(tmp_path):
     for split in ("train", "valid"):
         for rec in list(records[split].values())[:10]:
             row = data.iloc[rec["meta"]["idx"]]
-            assert np.array_equal(rec["x"], featurize_smiles(row["smiles"])["x"])
+            assert np.array_equal(rec["node_feat"], featurize_smiles(row["smiles"])["node_feat"])
             assert rec["y"][0] == np.float32(row["homolumogap"])
 
 

@@ -137,8 +137,8 @@ def test_disconnected_molecule():
     from gtscale.prep.featurize import featurize_smiles
 
     graph = featurize_smiles("CC(=O)[O-].[Na+]")
-    out = structure(graph[schema.EDGE_INDEX], len(graph[schema.X]))
-    na = len(graph[schema.X]) - 1
+    out = structure(graph[schema.EDGE_INDEX], len(graph[schema.NODE_FEAT]))
+    na = len(graph[schema.NODE_FEAT]) - 1
     assert (out[schema.SPD][na, :na] == schema.SPD_UNREACHABLE).all()
     assert out[schema.SPD][na, na] == 0
     assert (out[schema.PRED][na, :na] == schema.pred_sentinel(np.uint8)).all()
@@ -168,7 +168,7 @@ def test_a_molecules_encodings_do_not_depend_on_the_molecules_computed_with_it()
     from gtscale.prep.sources.bundled import read_nci_tpsa
 
     graphs = [featurize_smiles(s) for s in read_nci_tpsa().smiles[:300]]
-    pairs = [(g[schema.EDGE_INDEX], len(g[schema.X])) for g in graphs]
+    pairs = [(g[schema.EDGE_INDEX], len(g[schema.NODE_FEAT])) for g in graphs]
     together = structure_many(pairs, StructureOptions())
     differ = 0
     for pair, stacked in zip(pairs, together):
@@ -191,8 +191,8 @@ def test_encodings_do_not_depend_on_the_callers_thread_count():
             graph = featurize_smiles(smiles)
         except FeaturizeError:
             continue
-        if len(graph[schema.X]) >= 40:
-            graphs.append((graph[schema.EDGE_INDEX], len(graph[schema.X])))
+        if len(graph[schema.NODE_FEAT]) >= 40:
+            graphs.append((graph[schema.EDGE_INDEX], len(graph[schema.NODE_FEAT])))
     assert len(graphs) >= 20
     threads = torch.get_num_threads()
     try:

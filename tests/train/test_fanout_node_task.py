@@ -18,7 +18,7 @@ from gtscale.graphs.store import GraphStore, build_store
 from gtscale.graphs.synthetic import synthetic_source
 from gtscale.loader.edge_batch import EdgeBatch
 
-ET = {"width": 32, "head_dim": 16, "num_heads": 2, "num_memories": 32, "num_steps": 1, "step_size": 1.0}
+ET = {"node_width": 32, "head_dim": 16, "num_heads": 2, "num_memories": 32, "num_steps": 1, "step_size": 1.0}
 
 
 @pytest.fixture(scope="module")

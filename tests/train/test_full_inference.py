@@ -25,7 +25,7 @@ def store(tmp_path_factory):
 
 def _model(steps: int, self_loops: bool, seed: int = 0):
     torch.manual_seed(seed)
-    cfg = load_model_config("et-tfinance") | {"width": 24, "head_dim": 8, "num_heads": 3, "num_memories": 32, "num_steps": steps,
+    cfg = load_model_config("et-tfinance") | {"node_width": 24, "head_dim": 8, "num_heads": 3, "num_memories": 32, "num_steps": steps,
                                               "step_size": 0.5, "self_loops": self_loops, "node_float_dim": 10,
                                               "head": {"kind": "node", "num_outputs": 1, "hidden": [16]}}
     model = build_exported(cfg).eval()

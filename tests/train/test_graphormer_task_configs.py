@@ -23,7 +23,7 @@ def test_graphormer_task_configs_parse(name, metric, lr, steps, warmup, targets,
     cfg = from_dict(TrainConfig, load_yaml(CONFIG_ROOT / "tasks" / f"{name}.yaml"))
     model = parse_model_config(resolve_model_config(cfg))
     check_task(cfg.task, targets)  # the datasets' target counts
-    assert (model.hidden_dim, model.num_layers, model.num_heads) == (768, 12, 32)
+    assert (model.node_width, model.num_layers, model.num_heads) == (768, 12, 32)
     assert (model.dropout, model.attention_dropout, model.activation_dropout) == dropouts
     assert (cfg.task.metric, cfg.optimizer.lr, cfg.schedule.total_steps, cfg.schedule.warmup_steps) == (metric, lr, steps, warmup)
     assert cfg.deepspeed.gradient_clipping == clip

@@ -10,7 +10,7 @@ import yaml
 
 from launcher import logs, metrics, run_ranks
 
-ET = {"width": 32, "head_dim": 16, "num_heads": 2, "num_memories": 32, "num_steps": 2, "step_size": 0.5}
+ET = {"node_width": 32, "head_dim": 16, "num_heads": 2, "num_memories": 32, "num_steps": 2, "step_size": 0.5}
 
 
 def graph_config(path, store, run_dir, **sections):

@@ -16,9 +16,9 @@ from launcher import logs, metrics, run_ranks, write_config
 pytestmark = pytest.mark.slow
 
 SMALL = {
-    "et-graph": {"width": 32, "num_heads": 2, "head_dim": 16, "num_memories": 64, "num_steps": 2, "lap_k": 0},
-    "mnagt-small": {"num_layers": 2, "hidden_dim": 32, "num_heads": 2, "ffn_dim": 64, "readout": "virtual"},
-    "graphormer-slim": {"num_layers": 2, "hidden_dim": 32, "ffn_dim": 32, "num_heads": 4},
+    "et-graph": {"node_width": 32, "num_heads": 2, "head_dim": 16, "num_memories": 64, "num_steps": 2, "lap_k": 0},
+    "mnagt-small": {"num_layers": 2, "node_width": 32, "num_heads": 2, "ffn_dim": 64, "readout": "virtual"},
+    "graphormer-slim": {"num_layers": 2, "node_width": 32, "ffn_dim": 32, "num_heads": 4},
 }
 
 

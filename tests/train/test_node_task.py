@@ -95,10 +95,10 @@ def test_node_loss_is_weighted_bce_at_the_targets(ego_shards):
     batch = next(iter(build_loader(ego_shards[1], "train", config, train=False, rank=0, world_size=1)))
     batch.target_y_mask[:3] = False  # some targets unlabelled: they must not count
     torch.manual_seed(0)
-    scores = torch.randn(batch.num_graphs, batch.max_nodes, 1)
+    scores = torch.randn(batch.num_graphs, batch.max_graph_nodes, 1)
     omega = 7.0
     loss = float(node_task_loss(batch, scores, omega))
-    s = scores[torch.arange(batch.num_graphs), batch.target_node[:, 0], 0].double().numpy()  # the target is node 0
+    s = scores[torch.arange(batch.num_graphs), batch.target_pos[:, 0], 0].double().numpy()  # the target is node 0
     y = batch.target_y[:, 0].double().numpy()
     keep = batch.target_y_mask[:, 0].numpy()
     p = 1 / (1 + np.exp(-s))
@@ -188,5 +188,5 @@ def test_an_edge_batch_without_targets_names_the_missing_fields():
 
     batch = EdgeBatch(edge_index=torch.tensor([[0], [1]]), graph_index=torch.zeros(2, dtype=torch.long), num_graphs=1,
                       node_feat=torch.ones(2, 1, dtype=torch.long), target_id=torch.tensor([7]))
-    with pytest.raises(ValueError, match="needs target_node and target_id"):
+    with pytest.raises(ValueError, match=r"EdgeBatch needs target_rows \(the scored rows\) and target_id"):
         target_scores(batch, torch.zeros(2, 1))

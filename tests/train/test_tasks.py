@@ -49,7 +49,7 @@ def test_node_rows_are_every_target_once_with_its_own_score(ego_shards):
     idx, y_pred, y_true = predict(task, first_feature, split_loader(shards, "val", schema.TARGET_Y), lambda batch: batch)
     records = {r["meta"]["idx"]: r for r in shard_records(shards, "val")}  # meta.idx: the target's global id
     assert idx.tolist() == sorted(records)
-    assert np.array_equal(y_pred[:, 0], np.array([records[i]["x_float"][0, 0] for i in idx], np.float32))  # the target is node 0
+    assert np.array_equal(y_pred[:, 0], np.array([records[i]["node_feat_float"][0, 0] for i in idx], np.float32))  # the target is node 0
     assert np.array_equal(y_true[:, 0], np.array([records[i]["target_y"][0] for i in idx], np.float32))
     # calibrated on the rows themselves = the threshold chosen on this split (the trainer's case)
     assert task.metrics(y_pred, y_true, calibration=(y_pred, y_true)) == pytest.approx(task.metrics(y_pred, y_true))

@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--anomaly-ratio", type=float, default=0.03)
     parser.add_argument("--seed", type=int, default=0, help="graph, split, model and sampling seed")
     parser.add_argument("--model", default="et-tsocial", help="sparse ET model config (default et-tsocial)")
-    parser.add_argument("--model-overrides", default="{}", help="YAML mapping over the model config, e.g. '{width: 32, num_heads: 2}'")
+    parser.add_argument("--model-overrides", default="{}", help="YAML mapping over the model config, e.g. '{node_width: 32, num_heads: 2}'")
     parser.add_argument("--samplers", default="induced,fanout", help="comma-separated: induced, fanout")
     parser.add_argument("--fraction", type=float, default=0.05, help="induced: node fraction per subgraph")
     parser.add_argument("--fanouts", default="15,10", help="fanout: neighbours per node at each hop")

@@ -97,7 +97,7 @@ class DenseET(nn.Module):
     def __init__(self, cfg: ETConfig):
         super().__init__()
         self.cfg = cfg
-        d, heads = cfg.width, cfg.num_heads
+        d, heads = cfg.node_width, cfg.num_heads
         self.node_dim, self.edge_dim, self.graph_dim = d, 0, d
         self.node_embed = FeatureEmbedding(cfg.node_vocab, d) if cfg.node_vocab else None
         self.lap_embed = Linear(cfg.lap_k, d) if cfg.lap_k else None

@@ -79,7 +79,7 @@ class LayerwiseET:
 
     def __init__(self, model):
         self.model, self.block = model, model.block
-        self.num_steps, self.width = model.cfg.num_steps, model.cfg.width
+        self.num_steps, self.node_width = model.cfg.num_steps, model.cfg.node_width
         self.self_loops = model.cfg.self_loops
         block = self.block
         self.pair = block.pairs().float()  # M_h [H, D, D]

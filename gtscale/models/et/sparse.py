@@ -25,7 +25,7 @@ besides those of energy.py), with reasons:
 - The readout for a whole graph (Outputs.graph) is the mean of its nodes' representations; App. C
   scores nodes only.
 
-Only the targets are read. Given an EdgeBatch with target_node, the model returns the targets' node
+Only the targets are read. Given an EdgeBatch with target_rows, the model returns the targets' node
 rows, and its last steps run only where they still reach a target (`step_graphs`): step T at the
 targets alone, step T − 1 at the nodes step T reads (within two hops of a target: a node's update
 reads its neighbours as keys and, as a key itself, their softmaxes over their own neighbours), and
@@ -153,7 +153,7 @@ class TargetedEdgeGraph:
 
 class SparseET(nn.Module):
     """EdgeBatch (or Batch) → Outputs(node [N_tot, 2D] (or [B, N, 2D], [K, 2D] at an EdgeBatch's
-    target_node), edge None, graph [B, 2D], or None where only the targets' last states were
+    target_rows), edge None, graph [B, 2D], or None where only the targets' last states were
     computed)."""
 
     #: Takes an EdgeBatch (node-induced subgraphs of a huge graph, data.graph in a training config).
@@ -162,7 +162,7 @@ class SparseET(nn.Module):
     def __init__(self, cfg: ETConfig):
         super().__init__()
         self.cfg = cfg
-        d = cfg.width
+        d = cfg.node_width
         self.node_dim, self.edge_dim, self.graph_dim = 2 * d, 0, 2 * d
         self.node_embed = FeatureEmbedding(cfg.node_vocab, d) if cfg.node_vocab else None
         self.float_embed = Linear(cfg.node_float_dim, d) if cfg.node_float_dim else None
@@ -189,7 +189,7 @@ class SparseET(nn.Module):
 
     def step_graphs(self, graph: EdgeGraph, targets: torch.Tensor | None) -> list[EdgeGraph | TargetedEdgeGraph]:
         """The graph of each of the T steps: the whole graph, or where only the `targets` are read
-        (an EdgeBatch's target_node), TargetedEdgeGraphs for the last steps: step T updates the
+        (an EdgeBatch's target_rows), TargetedEdgeGraphs for the last steps: step T updates the
         targets, and each step before it the nodes whose states the next one reads (within 2 hops
         of them), as long as these are fewer than all. Compiled models take the whole graph (the
         restriction's node sets have data-dependent sizes)."""
@@ -209,7 +209,7 @@ class SparseET(nn.Module):
         if isinstance(batch, Batch):
             dense_mask, batch = batch.node_mask, EdgeBatch.from_dense(batch)
         x0 = x = self.embed(batch)
-        steps = self.step_graphs(self.structure(batch), batch.target_node)
+        steps = self.step_graphs(self.structure(batch), batch.target_rows)
         use_ckpt = self.cfg.activation_checkpointing and self.training
         for t, step in enumerate(steps):
             new = run_layer(self.block, use_ckpt, x, step)
@@ -221,8 +221,8 @@ class SparseET(nn.Module):
         if rows is None:
             counts = count_per_index(batch.graph_index, batch.num_graphs, node.dtype).clamp(min=1)
             pooled = node.new_zeros(batch.num_graphs, node.shape[-1]).index_add_(0, batch.graph_index, node) / counts[:, None]
-        if batch.target_node is not None:  # the targets' rows only (EdgeBatch's rule)
-            node = node[batch.target_node if rows is None else torch.searchsorted(rows, batch.target_node)]
+        if batch.target_rows is not None:  # the targets' rows only (EdgeBatch's rule)
+            node = node[batch.target_rows if rows is None else torch.searchsorted(rows, batch.target_rows)]
         if dense_mask is not None:
             node = batch.to_dense_nodes(node, dense_mask)
         return Outputs(node=node, edge=None, graph=pooled)
