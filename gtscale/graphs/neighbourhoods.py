@@ -64,9 +64,9 @@ def sample_neighbourhoods(indptr: np.ndarray, indices: np.ndarray, targets: np.n
 
     A node of tree t is the key t·N + node id; the keys of the nodes so far are kept sorted
     (`known`, with their positions in order of joining), so that a hop's samples are told apart
-    from the tree's earlier nodes by one sort and one binary search, and the new keys, sorted by
-    that same sort, merge into `known` without another (numpy's hashing np.unique is ten times
-    slower than a sort on such keys). Stable sorts throughout: samples come in runs of one tree,
+    from the tree's earlier nodes by one sort and one binary search, each sample's node is read
+    off its key's run in that sort, and the new keys, sorted by that same sort, merge into `known`
+    without another (numpy's hashing np.unique is ten times slower than a sort on such keys). Stable sorts throughout: samples come in runs of one tree,
     which numpy's stable sort (timsort) takes in about half its quicksort's time."""
     indptr, indices = np.asarray(indptr), np.asarray(indices)  # plain arrays over the memory maps: fancy indexing 5× faster
     num_nodes = len(indptr) - 1
@@ -78,7 +78,7 @@ def sample_neighbourhoods(indptr: np.ndarray, indices: np.ndarray, targets: np.n
     known, known_pos = keys[order], order
     frontier, frontier_tree, frontier_pos = targets, tree_of[0], tree_of[0]
     parents, children = [], []
-    for fanout in fanouts:
+    for hop, fanout in enumerate(fanouts):
         parent, position = sample_positions(indptr, frontier, int(fanout), rng)
         node = np.asarray(indices[position], np.int64)
         tree = frontier_tree[parent]
@@ -97,11 +97,17 @@ def sample_neighbourhoods(indptr: np.ndarray, indices: np.ndarray, targets: np.n
         node_of.append(node[new_first])
         tree_of.append(tree[new_first])
         new_pos = count + np.cumsum(is_new) - 1  # each sample's node number, where it adds one
-        merge_at = at[adds]  # the new keys, sorted, merge into the sorted known keys there
-        known, known_pos = np.insert(known, merge_at, ordered[adds]), np.insert(known_pos, merge_at, new_pos[order[adds]])
+        # each sample's node: its key's run in sorted order is one node, known or added by the run's first sample
+        heads = np.flatnonzero(first)
+        head_node = np.where(seen[heads], known_pos[np.minimum(at[heads], len(known) - 1)], new_pos[order[heads]])
+        child = np.empty(len(key), np.int64)
+        child[order] = np.repeat(head_node, np.diff(np.append(heads, len(key))))
+        if hop + 1 < len(fanouts):  # the last hop's keys are looked up no more
+            merge_at = at[adds]  # the new keys, sorted, merge into the sorted known keys there
+            known, known_pos = np.insert(known, merge_at, ordered[adds]), np.insert(known_pos, merge_at, new_pos[order[adds]])
         count += len(new_first)
         parents.append(frontier_pos[parent])
-        children.append(known_pos[np.searchsorted(known, key)])
+        children.append(child)
         frontier, frontier_tree, frontier_pos = node[new_first], tree[new_first], new_pos[new_first]
     nodes, trees = np.concatenate(node_of), np.concatenate(tree_of)
     by_tree = np.argsort(trees, kind="stable")  # each tree's nodes together, in the order they joined

@@ -93,17 +93,21 @@ def embed_nodes(embed: nn.Module, batch) -> torch.Tensor:
     return embed(batch.node_feat)
 
 
-def embed_edge_batch(node_embed: nn.Module | None, float_embed: nn.Linear | None, batch, model: str) -> torch.Tensor:
+def embed_edge_batch(node_embed: nn.Module | None, float_embed: nn.Linear | None, batch, model: str,
+                     rows: torch.Tensor | None = None) -> torch.Tensor:
     """[N_total, dim] node embeddings of an EdgeBatch for the edge-list models (sparse ET, MNA-GT):
     the categorical table's sum plus the linear map of the continuous features, whichever the
-    model has; `model` names it in the error when the batch lacks an input it embeds."""
-    x = 0
+    model has; `model` names it in the error when the batch lacks an input it embeds. With `rows`
+    (node positions), those nodes' embeddings only, [R, dim]."""
+    x = None
     if node_embed is not None:
         if batch.node_feat is None:
             raise ValueError(f"this {model} embeds categorical node features; the batch has no node_feat")
-        x = node_embed(batch.node_feat)
+        x = node_embed(batch.node_feat if rows is None else batch.node_feat[rows])
     if float_embed is not None:
         if batch.node_feat_float is None:
             raise ValueError(f"this {model} embeds {float_embed.in_features} continuous features; the batch has no node_feat_float")
-        x = x + float_embed(batch.node_feat_float.to(float_embed.weight.dtype))
-    return x
+        features = batch.node_feat_float if rows is None else batch.node_feat_float[rows]
+        floats = float_embed(features.to(float_embed.weight.dtype))
+        x = floats if x is None else x + floats  # not 0 + floats: a copy of every node's row, and its memory
+    return 0 if x is None else x

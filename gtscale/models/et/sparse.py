@@ -177,8 +177,9 @@ class SparseET(nn.Module):
     def batch_fields(self) -> tuple[str, ...]:
         return ("node_feat", "node_mask", "edge_feat")
 
-    def embed(self, batch: EdgeBatch) -> torch.Tensor:
-        return embed_edge_batch(self.node_embed, self.float_embed, batch, "ET")
+    def embed(self, batch: EdgeBatch, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """x⁰ of every node, or of the nodes at `rows` only."""
+        return embed_edge_batch(self.node_embed, self.float_embed, batch, "ET", rows)
 
     def structure(self, batch: EdgeBatch) -> EdgeGraph:
         src, dst = batch.edge_index
@@ -216,7 +217,9 @@ class SparseET(nn.Module):
             # a restricted step's rows go back into the node states; the others are read no more
             x = new if step.rows is None or t == len(steps) - 1 else x.index_copy(0, step.rows, new)
         rows = steps[-1].rows  # the nodes whose last states were computed (None: all)
-        node = torch.cat([self.block.norm(x0 if rows is None else x0[rows]), self.block.norm(x)], dim=-1)
+        # x⁰ at the rows embedded again (a few rows), not gathered from x⁰: a gather's gradient is a
+        # zero-filled [N, D] tensor added into x⁰'s, three passes over every node's row
+        node = torch.cat([self.block.norm(x0 if rows is None else self.embed(batch, rows)), self.block.norm(x)], dim=-1)
         pooled = None
         if rows is None:
             counts = count_per_index(batch.graph_index, batch.num_graphs, node.dtype).clamp(min=1)
