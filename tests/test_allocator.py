@@ -29,10 +29,13 @@ def step():
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
 step(); step()
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(3):
+faults = []
+for _ in range(7):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     step()
-print(tuned, (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) // 3)
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+# The median step: one step that another process's memory pressure disturbs does not decide it.
+print(tuned, sorted(faults)[3])
 """
 
 
@@ -45,7 +48,7 @@ def _run(code: str, *args: str, env: dict | None = None) -> str:
 def test_a_training_step_stops_faulting_in_pages_it_freed():
     default, tuned = _run(STEP_FAULTS, "default"), _run(STEP_FAULTS, "tuned")
     assert default[0] == "None" and tuned[0] == "True"
-    # measured: ~9,000 faults per step by default, ~400 with the thresholds raised
+    # measured (median step): 6,500-10,000 faults by default, under 400 with the thresholds raised
     assert int(tuned[1]) * 4 < int(default[1]), (default, tuned)
 
 
