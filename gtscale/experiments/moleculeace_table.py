@@ -22,7 +22,9 @@ DIR/<set>/<arm>/ as a sweep folder (sweep.json, sweep.md; `gtscale sweep --compa
 - blend: the mean of that ensemble's prediction and ECFP + SVR's, equal weights fixed beforehand
   (nothing is tuned on test, nor on validation); with 3 seeds, `gtscale predict SEED0 SEED1 SEED2
   SVR --weights 1 1 1 3` on the seeds' exports (DIR/<set>/<arm>/seed-S/export) and the SVR's
-  (DIR/<set>/ecfp/export) gives it.
+  (DIR/<set>/ecfp/export) gives it;
+- blend-kernel: the same with the kernel SVR in place of ECFP + SVR (DIR/<set>/kernel/export), a
+  model of gtscale's own on both sides.
 
 A cell is RMSE / cliff RMSE on the test split (mean over seeds); the last rows are the mean over
 sets, the benchmark's headline, and each arm's mean RMSE over ECFP + SVR's. Writes DIR/table.md
@@ -69,9 +71,11 @@ ARMS = {
     "finetune": Arm(str(CONFIG_ROOT / "tasks" / "moleculeace-egt-finetune.yaml")),
     "finetune-features": Arm(str(CONFIG_ROOT / "tasks" / "moleculeace-egt-finetune.yaml"), ("--graph-features", "morgan2048,rdkit2d")),
 }
-ECFP, KERNEL, ENSEMBLE, BLEND = "ecfp", "kernel", "ensemble", "blend"
-ALL_ARMS = (ECFP, KERNEL, *ARMS, ENSEMBLE, BLEND)
-#: The blend's weight on ECFP + SVR (the ensemble of seeds has the rest).
+ECFP, KERNEL, ENSEMBLE, BLEND, BLEND_KERNEL = "ecfp", "kernel", "ensemble", "blend", "blend-kernel"
+ALL_ARMS = (ECFP, KERNEL, *ARMS, ENSEMBLE, BLEND, BLEND_KERNEL)
+#: A blend column → the SVR arm whose test predictions it averages with the ensemble of seeds.
+BLEND_PARTNERS = {BLEND: ECFP, BLEND_KERNEL: KERNEL}
+#: A blend's weight on its SVR (the ensemble of seeds has the rest).
 BLEND_SVR_WEIGHT = 0.5
 FINETUNE_ARMS = ("finetune", "finetune-features")
 
@@ -168,8 +172,9 @@ def run_set(name: str, out: Path, columns: list[str], arms: dict[str, tuple[Arm,
             print(f"moleculeace-table: {name} {arm_name}", file=sys.stderr, flush=True)
             run_sweep(arm.config, overrides, seeds, nproc, "test", arm_name)
             rows[arm_name] = cached_rows(folder, arm.config, overrides, seeds)
-    if BLEND in columns:
-        rows[BLEND] = [blend_row(rows[ensemble_of][0], out / name / ECFP)]
+    for blend, partner in BLEND_PARTNERS.items():
+        if blend in columns:
+            rows[blend] = [blend_row(rows[ensemble_of][0], out / name / partner, partner)]
     return rows
 
 
@@ -210,25 +215,29 @@ def selected_now(rows: list[dict]) -> bool:
     return all(run.get("chosen", {}).get("selection") == SELECTION for run in rows[0]["runs"])
 
 
-def blend_row(seeds_row: dict, ecfp_folder: Path) -> dict:
-    """The blend as a sweep row: BLEND_SVR_WEIGHT × the SVR's test prediction + the rest × the mean
-    of the seeds' (each at its best-validation checkpoint), matched by record idx, scored like a run."""
+def blend_row(seeds_row: dict, svr_folder: Path, svr_arm: str = ECFP) -> dict:
+    """The blend as a sweep row: BLEND_SVR_WEIGHT × the test prediction of `svr_arm` (ECFP or
+    KERNEL; its predictions in `svr_folder`) + the rest × the mean of the seeds' (each at its
+    best-validation checkpoint), matched by record idx, scored like a run."""
+    from gtscale.experiments import kernel_baseline
     from gtscale.experiments.ensemble import ensemble
     from gtscale.experiments.sweep import ensemble_prediction, summarize, with_cliff_rmse
     from gtscale.train.evaluate import run_config
     from gtscale.train.tasks import evaluate
 
     idx, y_seeds, y_true = ensemble_prediction(seeds_row)
-    svr = np.load(ecfp_folder / PREDICTIONS.format(split="test"))
+    predictions = {ECFP: PREDICTIONS, KERNEL: kernel_baseline.PREDICTIONS}[svr_arm]
+    svr = np.load(svr_folder / predictions.format(split="test"))
     order = np.argsort(svr["idx"])
     at = order[np.searchsorted(svr["idx"], idx, sorter=order)] if len(idx) == len(svr["idx"]) else None
     if at is None or not np.array_equal(svr["idx"][at], idx) or not np.allclose(svr["y_true"][at], y_true, atol=1e-4, equal_nan=True):
-        raise UserError(f"{ecfp_folder}: its SVR scored other test molecules than {seeds_row['runs'][0]['run_dir']}; the blend needs the same set and split")
+        raise UserError(f"{svr_folder}: its SVR scored other test molecules than {seeds_row['runs'][0]['run_dir']}; the blend needs the same set and split")
     y_pred = ensemble(np.stack([y_seeds, svr["y_pred"][at]]), [1.0 - BLEND_SVR_WEIGHT, BLEND_SVR_WEIGHT])[0]
     cfg = run_config(Path(seeds_row["runs"][0]["run_dir"]))
     metrics = with_cliff_rmse(evaluate(y_pred, y_true, cfg.task), cfg.data.shards, "test", idx, y_pred, y_true)
     run = {"seed": "blend", "seeds": [r["seed"] for r in seeds_row["runs"]], "svr_weight": BLEND_SVR_WEIGHT, "metrics": metrics}
-    return {"label": f"{seeds_row['label']} ensemble + ECFP4 SVR", "split": "test", "runs": [run], "summary": summarize([run])}
+    partner = {ECFP: "ECFP4 SVR", KERNEL: "gtscale kernel SVR"}[svr_arm]
+    return {"label": f"{seeds_row['label']} ensemble + {partner}", "split": "test", "runs": [run], "summary": summarize([run])}
 
 
 # --- the table -----------------------------------------------------------------------------------
@@ -263,7 +272,8 @@ def build_table(per_set: dict[str, dict[str, list[dict]]], columns: list[str], e
 
 
 def column_label(column: str, ensemble_of: str | None) -> str:
-    return {ECFP: "ECFP4 + SVR", KERNEL: "ECFP4 + gtscale kernel SVR", ENSEMBLE: f"ensemble ({ensemble_of})", BLEND: f"blend (ensemble of {ensemble_of} + SVR)"}.get(column, column)
+    return {ECFP: "ECFP4 + SVR", KERNEL: "ECFP4 + gtscale kernel SVR", ENSEMBLE: f"ensemble ({ensemble_of})", BLEND: f"blend (ensemble of {ensemble_of} + SVR)",
+            BLEND_KERNEL: f"blend (ensemble of {ensemble_of} + kernel SVR)"}.get(column, column)
 
 
 def markdown(table: dict) -> str:
@@ -310,16 +320,17 @@ def moleculeace_table(out: Path, *, sets: list[str] | None = None, arms: list[st
         raise UserError(f"--sets: {unknown[0]!r} is not a MoleculeACE set (one of: {', '.join(known)})")
     trained = trained_arms(arms, list(overrides), list(configs), list(arm_overrides), init_from, graph_features)
     ensemble_of = ensemble_of or (list(trained)[-1] if trained else None)
-    for derived in (ENSEMBLE, BLEND):
+    for derived in (ENSEMBLE, *BLEND_PARTNERS):
         if derived in arms and ensemble_of not in trained:
             raise UserError(f"--arms {derived}: averages the seeds of a trained arm; add {ensemble_of or 'one'} to --arms (or choose --ensemble-of)")
-    if BLEND in arms and ECFP not in arms:
-        raise UserError("--arms blend: averages the ensemble with ECFP + SVR; add ecfp to --arms")
+    for blend, partner in BLEND_PARTNERS.items():
+        if blend in arms and partner not in arms:
+            raise UserError(f"--arms {blend}: averages the ensemble with {column_label(partner, None)}; add {partner} to --arms")
     if KERNEL in arms:
         kernel_backbone(init_from)  # refused before any set is sharded
     with contextlib.redirect_stdout(sys.stderr):  # progress and the sweeps' reports: stdout is the table
         per_set = {name: run_set(name, out, arms, trained, seeds, split_seed, shard_args, nproc, ensemble_of, init_from) for name in sets}
-    table = build_table(per_set, arms, ensemble_of if ENSEMBLE in arms or BLEND in arms else None)
+    table = build_table(per_set, arms, ensemble_of if {ENSEMBLE, *BLEND_PARTNERS} & set(arms) else None)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / TABLE_JSON, json.dumps(table, indent=1))
     atomic_write_text(out / TABLE_MD, markdown(table))

@@ -1,6 +1,7 @@
-"""`gtscale moleculeace-table` end to end on the smallest set: ECFP + SVR and a tiny EGT arm (2
-seeds, 2 steps) with its ensemble and its blend with the SVR, in one table whose cells are the
-arms' own sweep results; `gtscale predict` on the exports gives the blend's predictions."""
+"""`gtscale moleculeace-table` end to end on the smallest set: ECFP + SVR, the kernel SVR on a tiny
+backbone, and a tiny EGT arm (2 seeds, 2 steps) with its ensemble and its blends with each SVR, in
+one table whose cells are the arms' own sweep results; `gtscale predict` on the exports gives the
+blends' predictions."""
 
 import json
 import os
@@ -18,6 +19,7 @@ from gtscale.experiments.ecfp import SELECTION
 from gtscale.experiments.sweep import ensemble_prediction, read_rows
 from gtscale.format.manifest import load_manifest
 from gtscale.format.record_meta import split_smiles
+from export_fixtures import model_export
 from gtscale.train.tasks import evaluate
 
 SET = "CHEMBL2835_Ki"  # 615 molecules, the smallest bundled set
@@ -37,37 +39,46 @@ def tiny_config(path: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_table_of_ecfp_and_a_trained_arm_with_its_ensemble_and_blend(tmp_path, capsys):
+def test_table_of_ecfp_and_a_trained_arm_with_its_ensemble_and_blends(tmp_path, capsys):
     out = tmp_path / "ace"
-    argv = ["moleculeace-table", "--out", str(out), "--sets", SET, "--arms", "ecfp", "scratch", "ensemble", "blend", "--seeds", "0", "1",
-            "--config", f"scratch={tiny_config(tmp_path / 'tiny.yaml')}", "--shard-args", "--lap-k 0 --svd-rank 0", "schedule.total_steps=2"]
+    backbone = model_export(tmp_path / "backbone")
+    argv = ["moleculeace-table", "--out", str(out), "--sets", SET, "--arms", "ecfp", "kernel", "scratch", "ensemble", "blend", "blend-kernel",
+            "--seeds", "0", "1", "--init-from", str(backbone), "--config", f"scratch={tiny_config(tmp_path / 'tiny.yaml')}",
+            "--shard-args", "--lap-k 0 --svd-rank 0", "schedule.total_steps=2"]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     table = json.loads((out / "table.json").read_text())
     ecfp_row = read_rows(out / SET / "ecfp")[0]
     seeds_row, ensemble_row = read_rows(out / SET / "scratch")
     cells = table["sets"][SET]
-    for column, row in [("ecfp", ecfp_row), ("scratch", seeds_row), ("ensemble", ensemble_row)]:
+    kernel_row = read_rows(out / SET / "kernel")[0]
+    for column, row in [("ecfp", ecfp_row), ("kernel", kernel_row), ("scratch", seeds_row), ("ensemble", ensemble_row)]:
         assert cells[column] == {m: row["summary"][m] for m in ("rmse", "cliff_rmse")}
         assert table["mean"][column] == {"rmse": row["summary"]["rmse"]["mean"], "cliff_rmse": row["summary"]["cliff_rmse"]["mean"], "sets": 1}
     assert seeds_row["summary"]["rmse"]["n"] == 2 and ensemble_row["ensemble_of"] == "scratch"
     assert printed == (out / "table.md").read_text()  # the runs' reports go to stderr
     lines = printed.splitlines()
-    assert lines[2] == "| set | ECFP4 + SVR | scratch | ensemble (scratch) | blend (ensemble of scratch + SVR) |"
+    assert lines[2] == ("| set | ECFP4 + SVR | ECFP4 + gtscale kernel SVR | scratch | ensemble (scratch) | blend (ensemble of scratch + SVR)"
+                        " | blend (ensemble of scratch + kernel SVR) |")
     assert lines[4].startswith(f"| {SET} | {ecfp_row['summary']['rmse']['mean']:.3f} / {ecfp_row['summary']['cliff_rmse']['mean']:.3f} |")
     assert lines[5].startswith("| **mean over 1 sets** |")
     ratio = seeds_row["summary"]["rmse"]["mean"] / ecfp_row["summary"]["rmse"]["mean"]
-    assert lines[6].startswith(f"| mean RMSE ÷ ECFP4 + SVR's | 1.000 | {ratio:.3f} | {ensemble_row['summary']['rmse']['mean'] / ecfp_row['summary']['rmse']['mean']:.3f} |")
+    kernel_ratio = kernel_row["summary"]["rmse"]["mean"] / ecfp_row["summary"]["rmse"]["mean"]
+    ensemble_ratio = ensemble_row["summary"]["rmse"]["mean"] / ecfp_row["summary"]["rmse"]["mean"]
+    assert lines[6].startswith(f"| mean RMSE ÷ ECFP4 + SVR's | 1.000 | {kernel_ratio:.3f} | {ratio:.3f} | {ensemble_ratio:.3f} |")
 
-    # the blend: half the seeds' mean prediction, half the SVR's, matched by record idx
+    # each blend: half the seeds' mean prediction, half its SVR's, matched by record idx
     idx, y_seeds, y_true = ensemble_prediction(seeds_row)
-    svr = np.load(out / SET / "ecfp" / "svr-test.npz")
-    svr_by_idx = dict(zip(svr["idx"].tolist(), svr["y_pred"][:, 0].tolist()))
-    y_blend = 0.5 * y_seeds + 0.5 * np.array([[svr_by_idx[i]] for i in idx.tolist()])
-    assert not np.allclose(y_blend, y_seeds, atol=1e-3)  # the SVR moved it
-    expected_rmse = evaluate(y_blend, y_true, seeds_row_task(seeds_row))["rmse"]
-    assert cells["blend"]["rmse"]["mean"] == pytest.approx(expected_rmse, rel=1e-9)
-    assert table["mean"]["blend"]["sets"] == 1 and "cliff_rmse" in cells["blend"]
+    blends = {}
+    for blend, predictions in (("blend", out / SET / "ecfp" / "svr-test.npz"), ("blend-kernel", out / SET / "kernel" / "kernel-test.npz")):
+        svr = np.load(predictions)
+        svr_by_idx = dict(zip(svr["idx"].tolist(), svr["y_pred"][:, 0].tolist()))
+        blends[blend] = 0.5 * y_seeds + 0.5 * np.array([[svr_by_idx[i]] for i in idx.tolist()])
+        assert not np.allclose(blends[blend], y_seeds, atol=1e-3)  # the SVR moved it
+        expected_rmse = evaluate(blends[blend], y_true, seeds_row_task(seeds_row))["rmse"]
+        assert cells[blend]["rmse"]["mean"] == pytest.approx(expected_rmse, rel=1e-9)
+        assert table["mean"][blend]["sets"] == 1 and "cliff_rmse" in cells[blend]
+    y_blend = blends["blend"]
 
     # ... which `gtscale predict` gives from the seeds' best exports (where the sweep leaves them,
     # seed-S/export, as `gtscale export` would) and the SVR's, weighted 1 1 2
@@ -82,6 +93,10 @@ def test_table_of_ecfp_and_a_trained_arm_with_its_ensemble_and_blend(tmp_path, c
                  "--out", str(tmp_path / "blend.csv"), "--no-progress"]) == 0
     predicted = pd.read_csv(tmp_path / "blend.csv")
     np.testing.assert_allclose(predicted.filter(like="_mean").iloc[:, 0], y_blend[:, 0], atol=1e-4)
+    assert main(["predict", *exports, str(out / SET / "kernel" / "export"), "--weights", "1", "1", "2", "--input", str(csv),
+                 "--out", str(tmp_path / "blend-kernel.csv"), "--no-progress"]) == 0
+    predicted = pd.read_csv(tmp_path / "blend-kernel.csv")
+    np.testing.assert_allclose(predicted.filter(like="_mean").iloc[:, 0], blends["blend-kernel"][:, 0], atol=1e-4)
     capsys.readouterr()
 
     # a second call reads the finished arms instead of training again; --json prints table.json
@@ -99,6 +114,17 @@ def test_table_of_ecfp_and_a_trained_arm_with_its_ensemble_and_blend(tmp_path, c
     assert read_rows(out / SET / "ecfp")[0]["runs"][0]["chosen"]["selection"] == SELECTION
     assert (metrics_file.stat().st_mtime_ns, (out / SET / "scratch" / "sweep.json").stat().st_mtime_ns) == before
     capsys.readouterr()
+    # blend-kernel reads the kernel arm's predictions (on this random backbone the kernel SVR may
+    # choose ECFP alone, so its predictions are moved here to tell the two blends apart)
+    kernel_npz = out / SET / "kernel" / "kernel-test.npz"
+    moved = dict(np.load(kernel_npz))
+    moved["y_pred"] = moved["y_pred"] + 1.0
+    np.savez(kernel_npz, **moved)
+    assert main([*argv, "--json"]) == 0
+    cells = json.loads(capsys.readouterr().out)["sets"][SET]
+    expected = evaluate(blends["blend-kernel"] + 0.5, y_true, seeds_row_task(seeds_row))["rmse"]
+    assert cells["blend-kernel"]["rmse"]["mean"] == pytest.approx(expected, rel=1e-9)
+    assert cells["blend"]["rmse"]["mean"] == table["sets"][SET]["blend"]["rmse"]["mean"]
     # other settings for the same folder are refused, not overwritten
     assert main([*argv[:-1], "schedule.total_steps=3"]) == 2
     assert "holds a sweep with other settings" in capsys.readouterr().err
@@ -140,4 +166,7 @@ def test_unknown_set_and_an_ensemble_without_its_arm_are_refused(tmp_path, capsy
     assert main(["moleculeace-table", "--out", str(tmp_path / "o"), "--sets", SET, "--arms", "ecfp", "ensemble"]) == 2
     assert "--arms ensemble: averages the seeds of a trained arm" in capsys.readouterr().err and not (tmp_path / "o").exists()
     assert main(["moleculeace-table", "--out", str(tmp_path / "o"), "--sets", SET, "--arms", "scratch", "blend"]) == 2
-    assert "--arms blend: averages the ensemble with ECFP + SVR; add ecfp" in capsys.readouterr().err and not (tmp_path / "o").exists()
+    assert "--arms blend: averages the ensemble with ECFP4 + SVR; add ecfp" in capsys.readouterr().err and not (tmp_path / "o").exists()
+    assert main(["moleculeace-table", "--out", str(tmp_path / "o"), "--sets", SET, "--arms", "ecfp", "scratch", "blend-kernel"]) == 2
+    assert "--arms blend-kernel: averages the ensemble with ECFP4 + gtscale kernel SVR; add kernel" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
