@@ -215,7 +215,7 @@ def selected_now(rows: list[dict]) -> bool:
     return all(run.get("chosen", {}).get("selection") == SELECTION for run in rows[0]["runs"])
 
 
-def blend_row(seeds_row: dict, svr_folder: Path, svr_arm: str = ECFP) -> dict:
+def blend_row(seeds_row: dict, svr_folder: Path, svr_arm: str) -> dict:
     """The blend as a sweep row: BLEND_SVR_WEIGHT × the test prediction of `svr_arm` (ECFP or
     KERNEL; its predictions in `svr_folder`) + the rest × the mean of the seeds' (each at its
     best-validation checkpoint), matched by record idx, scored like a run."""
