@@ -30,7 +30,8 @@ A cell is RMSE / cliff RMSE on the test split (mean over seeds); the last rows a
 sets, the benchmark's headline, and each arm's mean RMSE over ECFP + SVR's. Writes DIR/table.md
 and DIR/table.json (per set and arm: mean, std, n of both metrics), prints the Markdown (or the
 JSON with --json). An arm whose sweep.json is already there with the same config, overrides and
-seeds is read, not run again, so an interrupted table continues where it stopped; a sweep folder
+seeds is read, not run again, so an interrupted table continues where it stopped; one with fewer of
+the seeds trains only the seeds it lacks (`--seeds 0` then `--seeds 0 1 2` adds two); a sweep folder
 with other settings is an error, never overwritten. The two SVR arms are fitted again (10-60 s a set)
 when their folder holds a fit of another selection protocol.
 """
@@ -129,17 +130,22 @@ def shard_set(name: str, out: Path, split_seed: int, shard_args: list[str]) -> P
 
 def cached_rows(folder: Path, config: str | None, overrides: list[str], seeds: list[int]) -> list[dict] | None:
     """The rows of `folder`'s sweep.json when it holds this arm with these settings; None when there
-    is none yet; a UserError when it holds another (never overwritten)."""
+    is none yet, or when it holds some of these seeds and not all (the sweep then trains the others,
+    its finished runs resuming as finished); a UserError when it holds another (never overwritten)."""
     from gtscale.experiments.sweep import read_rows
 
     if not (folder / "sweep.json").is_file():
         return None
     rows = read_rows(folder)
     first = rows[0]
-    same = first.get("config") == config and first.get("overrides", []) == overrides and [r["seed"] for r in first["runs"]] == seeds
-    if not same:
-        raise UserError(f"{folder}: holds a sweep with other settings (config, overrides or seeds); choose another --out or remove it")
-    return rows
+    held = [r["seed"] for r in first["runs"]]
+    same = first.get("config") == config and first.get("overrides", []) == overrides
+    if same and held == list(seeds):
+        return rows
+    if same and set(held) < set(seeds):
+        return None
+    raise UserError(f"{folder}: holds a sweep with other settings (config, overrides or seeds not among {list(seeds)}); "
+                    "choose another --out or remove it")
 
 
 def run_set(name: str, out: Path, columns: list[str], arms: dict[str, tuple[Arm, list[str]]], seeds: list[int], split_seed: int,

@@ -16,7 +16,7 @@ from gtscale.cli import main
 from gtscale.errors import UserError
 from gtscale.experiments import moleculeace_table as mt
 from gtscale.experiments.ecfp import SELECTION
-from gtscale.experiments.sweep import ensemble_prediction, read_rows
+from gtscale.experiments.sweep import ensemble_prediction, read_rows, write_sweep
 from gtscale.format.manifest import load_manifest
 from gtscale.format.record_meta import split_smiles
 from export_fixtures import model_export
@@ -128,6 +128,13 @@ def test_table_of_ecfp_and_a_trained_arm_with_its_ensemble_and_blends(tmp_path, 
     # other settings for the same folder are refused, not overwritten
     assert main([*argv[:-1], "schedule.total_steps=3"]) == 2
     assert "holds a sweep with other settings" in capsys.readouterr().err
+    # a third seed extends the sweep: seeds 0 and 1 resume as finished, their metrics unchanged
+    seeds_argv = argv.index("--seeds")
+    assert main([*argv[:seeds_argv + 1], "0", "1", "2", *argv[seeds_argv + 3:]]) == 0
+    extended, extended_ensemble = read_rows(out / SET / "scratch")
+    assert [run["seed"] for run in extended["runs"]] == [0, 1, 2]
+    assert extended["runs"][:2] == seeds_row["runs"] and extended_ensemble["runs"][0]["seeds"] == [0, 1, 2]
+    assert (out / SET / "scratch" / "seed-2" / "export").is_dir()
 
 
 def seeds_row_task(row: dict):
@@ -158,6 +165,19 @@ def test_the_features_arm_passes_its_shard_option_and_overrides_reach_their_arms
 def test_bad_arm_options_are_one_line_errors(values, message):
     with pytest.raises(UserError, match=message):
         trained(**values)
+
+
+def test_a_cached_sweep_is_read_extended_by_new_seeds_or_refused(tmp_path):
+    folder = tmp_path / "arm"
+    assert mt.cached_rows(folder, "a.yaml", ["x=1"], [0, 1]) is None  # nothing yet
+    rows = [{"label": "arm", "config": "a.yaml", "overrides": ["x=1"], "runs": [{"seed": 0}, {"seed": 1}], "summary": {}}]
+    write_sweep(folder, rows)
+    assert mt.cached_rows(folder, "a.yaml", ["x=1"], [0, 1]) == rows
+    assert mt.cached_rows(folder, "a.yaml", ["x=1"], [0, 1, 2]) is None  # the sweep trains seed 2
+    for config, overrides, seeds in [("a.yaml", ["x=1"], [0]), ("a.yaml", ["x=1"], [1, 2]), ("b.yaml", ["x=1"], [0, 1, 2]),
+                                     ("a.yaml", ["x=2"], [0, 1, 2])]:
+        with pytest.raises(UserError, match="holds a sweep with other settings"):
+            mt.cached_rows(folder, config, overrides, seeds)
 
 
 def test_unknown_set_and_an_ensemble_without_its_arm_are_refused(tmp_path, capsys):
