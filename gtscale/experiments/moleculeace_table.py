@@ -19,6 +19,11 @@ DIR/<set>/<arm>/ as a sweep folder (sweep.json, sweep.md; `gtscale sweep --compa
   --config ARM=YAML replaces one; key=value overrides go to every trained arm, --override
   ARM:key=value to one);
 - ensemble: the mean prediction of the seeds of --ensemble-of (default: the last trained arm);
+  with --resplit, seed S > 0 of every trained arm trains on shards of its own (DIR/shards/<set>-<arm>
+  -split<K>, K = --split-seed + S): the validation split carved with split seed K, so that each seed
+  chooses its checkpoint on other molecules and the ensemble has trained on nearly all of the train
+  split; the test split is the set's own either way, and the two SVR arms, which cross-validate over
+  train ∪ valid, read the shards of --split-seed itself;
 - blend: the mean of that ensemble's prediction and ECFP + SVR's, equal weights fixed beforehand
   (nothing is tuned on test, nor on validation); with 3 seeds, `gtscale predict SEED0 SEED1 SEED2
   SVR --weights 1 1 1 3` on the seeds' exports (DIR/<set>/<arm>/seed-S/export) and the SVR's
@@ -128,10 +133,12 @@ def shard_set(name: str, out: Path, split_seed: int, shard_args: list[str]) -> P
     return out
 
 
-def cached_rows(folder: Path, config: str | None, overrides: list[str], seeds: list[int]) -> list[dict] | None:
+def cached_rows(folder: Path, config: str | None, overrides: list[str], seeds: list[int],
+                seed_overrides: dict[int, list[str]] | None = None) -> list[dict] | None:
     """The rows of `folder`'s sweep.json when it holds this arm with these settings; None when there
     is none yet, or when it holds some of these seeds and not all (the sweep then trains the others,
-    its finished runs resuming as finished); a UserError when it holds another (never overwritten)."""
+    its finished runs resuming as finished); a UserError when it holds another (never overwritten).
+    `seed_overrides`: run_sweep's, compared seed by seed over the seeds the folder holds."""
     from gtscale.experiments.sweep import read_rows
 
     if not (folder / "sweep.json").is_file():
@@ -139,7 +146,10 @@ def cached_rows(folder: Path, config: str | None, overrides: list[str], seeds: l
     rows = read_rows(folder)
     first = rows[0]
     held = [r["seed"] for r in first["runs"]]
-    same = first.get("config") == config and first.get("overrides", []) == overrides
+    held_own = first.get("seed_overrides", {})
+    wanted_own = seed_overrides or {}
+    same = (first.get("config") == config and first.get("overrides", []) == overrides
+            and all(held_own.get(str(seed), []) == wanted_own.get(seed, []) for seed in held))
     if same and held == list(seeds):
         return rows
     if same and set(held) < set(seeds):
@@ -149,9 +159,9 @@ def cached_rows(folder: Path, config: str | None, overrides: list[str], seeds: l
 
 
 def run_set(name: str, out: Path, columns: list[str], arms: dict[str, tuple[Arm, list[str]]], seeds: list[int], split_seed: int,
-            shard_args: str, nproc: int, ensemble_of: str | None, init_from: str | None) -> dict[str, dict]:
+            shard_args: str, nproc: int, ensemble_of: str | None, init_from: str | None, resplit: bool = False) -> dict[str, dict]:
     """Shard one set and run its arms (`columns`: every arm asked for; `arms`: the trained ones,
-    trained_arms); arm → its sweep rows."""
+    trained_arms; `resplit`: the command's --resplit); arm → its sweep rows."""
     from gtscale.experiments.ecfp import run_baseline
     from gtscale.experiments.sweep import run_sweep
 
@@ -169,15 +179,21 @@ def run_set(name: str, out: Path, columns: list[str], arms: dict[str, tuple[Arm,
     if KERNEL in columns:
         rows[KERNEL] = kernel_rows(shards[()], kernel_backbone(init_from), out / name / KERNEL)
     for arm_name, (arm, overrides) in arms.items():
+        shard_options = [*common, *arm.shard_args]
         if arm.shard_args not in shards:
-            shards[arm.shard_args] = shard_set(name, out / "shards" / f"{name}-{arm_name}", split_seed, [*common, *arm.shard_args])
+            shards[arm.shard_args] = shard_set(name, out / "shards" / f"{name}-{arm_name}", split_seed, shard_options)
+        own = {}
+        if resplit:  # seed S > 0 trains, and chooses its checkpoint, on the validation split of split seed + S
+            for seed in (s for s in seeds if s > 0):
+                resplit_shards = Path(f"{shards[arm.shard_args]}-split{split_seed + seed}")
+                own[seed] = [f"data.shards={shard_set(name, resplit_shards, split_seed + seed, shard_options)}"]
         folder = out / name / arm_name
         overrides = [f"data.shards={shards[arm.shard_args]}", f"run_dir={folder}", *overrides]
-        rows[arm_name] = cached_rows(folder, arm.config, overrides, seeds)
+        rows[arm_name] = cached_rows(folder, arm.config, overrides, seeds, own)
         if rows[arm_name] is None:
             print(f"moleculeace-table: {name} {arm_name}", file=sys.stderr, flush=True)
-            run_sweep(arm.config, overrides, seeds, nproc, "test", arm_name)
-            rows[arm_name] = cached_rows(folder, arm.config, overrides, seeds)
+            run_sweep(arm.config, overrides, seeds, nproc, "test", arm_name, seed_overrides=own)
+            rows[arm_name] = cached_rows(folder, arm.config, overrides, seeds, own)
     for blend, partner in BLEND_PARTNERS.items():
         if blend in columns:
             rows[blend] = [blend_row(rows[ensemble_of][0], out / name / partner, partner)]
@@ -285,7 +301,8 @@ def column_label(column: str, ensemble_of: str | None) -> str:
 def markdown(table: dict) -> str:
     columns = table["columns"]
     labels = [column_label(c, table["ensemble_of"]) for c in columns]
-    lines = ["RMSE / cliff RMSE on each set's test split (trained arms: mean over seeds)", "",
+    each_split = ", each seed on its own validation split" if table.get("resplit") else ""
+    lines = [f"RMSE / cliff RMSE on each set's test split (trained arms: mean over seeds{each_split})", "",
              "| set | " + " | ".join(labels) + " |", "|---|" + "---:|" * len(columns)]
 
     def fmt(c: dict | None) -> str:
@@ -308,7 +325,7 @@ def markdown(table: dict) -> str:
 def moleculeace_table(out: Path, *, sets: list[str] | None = None, arms: list[str] = ALL_ARMS, seeds: list[int] = (0, 1, 2),
                       split_seed: int = 0, overrides: list[str] = (), configs: list[str] = (), arm_overrides: list[str] = (),
                       init_from: str | None = None, graph_features: str | None = None, ensemble_of: str | None = None,
-                      shard_args: str = "", nproc: int = 1) -> dict:
+                      shard_args: str = "", nproc: int = 1, resplit: bool = False) -> dict:
     """Every arm of `arms` on every MoleculeACE set of `sets` (default: all the package bundles),
     into `out`; the table (build_table), also written as TABLE_JSON and TABLE_MD. The options are
     the command's (module docstring; trained_arms)."""
@@ -335,8 +352,9 @@ def moleculeace_table(out: Path, *, sets: list[str] | None = None, arms: list[st
     if KERNEL in arms:
         kernel_backbone(init_from)  # refused before any set is sharded
     with contextlib.redirect_stdout(sys.stderr):  # progress and the sweeps' reports: stdout is the table
-        per_set = {name: run_set(name, out, arms, trained, seeds, split_seed, shard_args, nproc, ensemble_of, init_from) for name in sets}
-    table = build_table(per_set, arms, ensemble_of if {ENSEMBLE, *BLEND_PARTNERS} & set(arms) else None)
+        per_set = {name: run_set(name, out, arms, trained, seeds, split_seed, shard_args, nproc, ensemble_of, init_from, resplit)
+                   for name in sets}
+    table = build_table(per_set, arms, ensemble_of if {ENSEMBLE, *BLEND_PARTNERS} & set(arms) else None) | {"resplit": resplit}
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / TABLE_JSON, json.dumps(table, indent=1))
     atomic_write_text(out / TABLE_MD, markdown(table))

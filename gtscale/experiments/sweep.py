@@ -119,27 +119,33 @@ def seed_metrics(run_dir: Path, seed: int, split: str) -> dict:
     return {"seed": seed, "run_dir": str(run_dir), "tag": result["tag"], "export": result["export"], "best_valid": best.get("value"), "metrics": metrics}
 
 
-def run_sweep(config: str, overrides: list[str], seeds: list[int], nproc: int = 1, split: str = "test", label: str | None = None, collect: bool = False) -> Path:
-    """Train (unless `collect`) and score one run per seed; the sweep's folder, holding SWEEP_FILE and TABLE_FILE."""
+def run_sweep(config: str, overrides: list[str], seeds: list[int], nproc: int = 1, split: str = "test", label: str | None = None,
+              collect: bool = False, seed_overrides: dict[int, list[str]] | None = None) -> Path:
+    """Train (unless `collect`) and score one run per seed; the sweep's folder, holding SWEEP_FILE and
+    TABLE_FILE. `seed_overrides`: overrides of one seed's run alone, after the common ones (such as
+    shards of its own validation split); the row records them."""
     from gtscale.train.preflight import load_train_config
 
     if nproc < 1:
         raise UserError(f"--nproc must be >= 1, got {nproc}")
     if len(set(seeds)) != len(seeds):
         raise UserError(f"--seeds: {seeds} repeats a seed")
+    seed_overrides = seed_overrides or {}
     base = Path(load_train_config(config, overrides).run_dir)  # checks the config once, before any run
     runs = []
     for seed in seeds:
         run_dir = base / f"seed-{seed}"
         if not collect:
             print(f"sweep: seed {seed} → {run_dir}", flush=True)
-            status = subprocess.run(train_command(config, overrides, seed, run_dir, nproc)).returncode
+            status = subprocess.run(train_command(config, [*overrides, *seed_overrides.get(seed, [])], seed, run_dir, nproc)).returncode
             if status != 0:
                 raise UserError(f"sweep: seed {seed} ended with exit status {status} (log above; rerun the sweep to continue it)")
         elif not (run_dir / "config.yaml").is_file():
             raise UserError(f"--collect: {run_dir} has not been trained")
         runs.append(seed_metrics(run_dir, seed, split))
     row = {"label": label or Path(config).stem, "config": config, "overrides": overrides, "split": split, "runs": runs, "summary": summarize(runs)}
+    if seed_overrides:
+        row["seed_overrides"] = {str(seed): seed_overrides[seed] for seed in seeds if seed_overrides.get(seed)}
     ensemble = ensemble_row(row) if len(runs) > 1 else None
     write_sweep(base, [row] if ensemble is None else [row, ensemble])
     return base

@@ -137,6 +137,29 @@ def test_table_of_ecfp_and_a_trained_arm_with_its_ensemble_and_blends(tmp_path, 
     assert (out / SET / "scratch" / "seed-2" / "export").is_dir()
 
 
+@pytest.mark.slow
+def test_resplit_gives_each_seed_its_own_validation_split_and_the_same_test_split(tmp_path, capsys):
+    from gtscale.train.evaluate import run_config
+
+    out = tmp_path / "ace"
+    argv = ["moleculeace-table", "--out", str(out), "--sets", SET, "--arms", "scratch", "ensemble", "--seeds", "0", "1", "--resplit",
+            "--config", f"scratch={tiny_config(tmp_path / 'tiny.yaml')}", "--shard-args", "--lap-k 0 --svd-rank 0"]
+    assert main(argv) == 0
+    assert capsys.readouterr().out.startswith("RMSE / cliff RMSE on each set's test split (trained arms: mean over seeds, each seed on its own")
+    seeds_row, ensemble_row = read_rows(out / SET / "scratch")
+    shards = [Path(run_config(Path(run["run_dir"])).data.shards) for run in seeds_row["runs"]]
+    assert shards == [out / "shards" / SET, out / "shards" / f"{SET}-split1"]
+    assert seeds_row["seed_overrides"] == {"1": [f"data.shards={shards[1]}"]}
+    valid, test = ({i: split_smiles(s, load_manifest(s), split)[1] for i, s in enumerate(shards)} for split in ("valid", "test"))
+    assert test[0] == test[1] and len(set(valid[0]) & set(valid[1])) < len(valid[0]) / 2
+    table = json.loads((out / "table.json").read_text())
+    assert table["resplit"] is True and table["sets"][SET]["ensemble"] == {m: ensemble_row["summary"][m] for m in ("rmse", "cliff_rmse")}
+    # the same folder without --resplit is another arm: refused, nothing overwritten
+    assert main([a for a in argv if a != "--resplit"]) == 2
+    assert "holds a sweep with other settings" in capsys.readouterr().err
+    assert read_rows(out / SET / "scratch")[0] == seeds_row
+
+
 def seeds_row_task(row: dict):
     from gtscale.train.evaluate import run_config
 
@@ -178,6 +201,16 @@ def test_a_cached_sweep_is_read_extended_by_new_seeds_or_refused(tmp_path):
                                      ("a.yaml", ["x=2"], [0, 1, 2])]:
         with pytest.raises(UserError, match="holds a sweep with other settings"):
             mt.cached_rows(folder, config, overrides, seeds)
+    # a seed with overrides of its own (--resplit): the held seeds must match them, new seeds may add some
+    own = {1: ["data.shards=s-split1"], 2: ["data.shards=s-split2"]}
+    with pytest.raises(UserError, match="holds a sweep with other settings"):
+        mt.cached_rows(folder, "a.yaml", ["x=1"], [0, 1, 2], own)  # seed 1 was trained on the common shards
+    assert mt.cached_rows(folder, "a.yaml", ["x=1"], [0, 1, 2], {2: own[2]}) is None
+    write_sweep(folder, [rows[0] | {"seed_overrides": {"1": own[1]}}])
+    assert mt.cached_rows(folder, "a.yaml", ["x=1"], [0, 1], own)[0]["seed_overrides"] == {"1": own[1]}
+    assert mt.cached_rows(folder, "a.yaml", ["x=1"], [0, 1, 2], own) is None
+    with pytest.raises(UserError, match="holds a sweep with other settings"):
+        mt.cached_rows(folder, "a.yaml", ["x=1"], [0, 1])
 
 
 def test_unknown_set_and_an_ensemble_without_its_arm_are_refused(tmp_path, capsys):
