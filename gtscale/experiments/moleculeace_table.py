@@ -19,8 +19,8 @@ DIR/<set>/<arm>/ as a sweep folder (sweep.json, sweep.md; `gtscale sweep --compa
   --config ARM=YAML replaces one; key=value overrides go to every trained arm, --override
   ARM:key=value to one);
 - ensemble: the mean prediction of the seeds of --ensemble-of (default: the last trained arm);
-  with --resplit, seed S > 0 of every trained arm trains on shards of its own (DIR/shards/<set>-<arm>
-  -split<K>, K = --split-seed + S): the validation split carved with split seed K, so that each seed
+  with --resplit, seed S > 0 of every trained arm trains on shards of its own
+  (DIR/shards/<set>[-<arm>]-split<K>, K = --split-seed + S): the validation split carved with split seed K, so that each seed
   chooses its checkpoint on other molecules and the ensemble has trained on nearly all of the train
   split; the test split is the set's own either way, and the two SVR arms, which cross-validate over
   train ∪ valid, read the shards of --split-seed itself;
