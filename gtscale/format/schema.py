@@ -129,7 +129,7 @@ PRODUCED = {
     NODE_ID: Produced(_GRAPH_EGO),
     TARGET_POS: Produced(_GRAPH_EGO),
     TARGET_Y: Produced(_GRAPH_EGO),
-    GRAPH_FEAT: Produced("`gtscale shard --graph-features morgan2048,rdkit2d` (or a subset)", "features.graph", sized=True),
+    GRAPH_FEAT: Produced("`gtscale shard --graph-features morgan2048,rdkit2d` (or another choice of generators)", "features.graph", sized=True),
 }
 
 #: Record keys of shards older than schema version 3 (old name → current name). Only the shard
@@ -149,7 +149,7 @@ def renamed_members(schema_version: int) -> dict[str, str]:
 #: "floyd-warshall" (Graphormer's, recorded as fw_mid; prep/floyd_warshall.py).
 PATH_RULES = ("bfs", "floyd-warshall")
 #: Generators of graph_feat (manifest features.graph.generators; prep/graph_features.py computes them).
-GRAPH_FEATURE_GENERATORS = ("morgan2048", "rdkit2d")
+GRAPH_FEATURE_GENERATORS = ("morgan2048", "morgan2048counts", "rdkit2d")
 
 # --- sentinels -----------------------------------------------------------------------------
 #: Hop count of an unreachable pair (different connected components). Real hop counts above

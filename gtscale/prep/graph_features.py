@@ -4,6 +4,8 @@ the pooled graph representation.
 
 Generators, concatenated in the order given:
 - morgan2048: Morgan fingerprint bits, radius 2, 2048 bits (ECFP4, the MoleculeACE SVR's input);
+- morgan2048counts: the same 2048 hashed environments counted, as log(1 + count): how often an
+  environment occurs, which bits drop, on the scale of bits (1 → 0.69, 2 → 1.10, 10 → 2.40);
 - rdkit2d: every descriptor of RDKit's `Descriptors._descList` (217 in RDKit 2026.09), standardised
   with the train split's mean and standard deviation (`fit`), clipped to ±CLIP; a value RDKit
   cannot compute becomes 0 (the train mean), a column constant on train keeps std 1.
@@ -29,7 +31,7 @@ from gtscale.prep.sources.descriptors import CLIP, compute_descriptors, descript
 
 MORGAN_BITS = 2048
 #: generator name (schema.GRAPH_FEATURE_GENERATORS, in that order) → feature width
-GENERATORS = dict(zip(schema.GRAPH_FEATURE_GENERATORS, (MORGAN_BITS, len(descriptor_names())), strict=True))
+GENERATORS = dict(zip(schema.GRAPH_FEATURE_GENERATORS, (MORGAN_BITS, MORGAN_BITS, len(descriptor_names())), strict=True))
 
 
 @dataclass(frozen=True)
@@ -95,17 +97,24 @@ def fit(generators: tuple[str, ...], train_smiles: list[str], workers: int = 1, 
 _MORGAN = None
 
 
+def _morgan() -> rdFingerprintGenerator.FingerprintGenerator64:
+    """The radius-2, 2048-bit Morgan generator, built once per process."""
+    global _MORGAN
+    if _MORGAN is None:
+        _MORGAN = rdFingerprintGenerator.GetMorganGenerator(radius=2, fpSize=MORGAN_BITS)
+    return _MORGAN
+
+
 def compute(mol: Chem.Mol, spec: GraphFeatures) -> np.ndarray:
     """graph_feat of one molecule: float16 [spec.dim] (schema.GRAPH_FEAT)."""
-    global _MORGAN
     parts = []
     for generator in spec.generators:
         if generator == "morgan2048":
-            if _MORGAN is None:  # built once per process
-                _MORGAN = rdFingerprintGenerator.GetMorganGenerator(radius=2, fpSize=MORGAN_BITS)
             bits = np.zeros(MORGAN_BITS, np.float64)
-            DataStructs.ConvertToNumpyArray(_MORGAN.GetFingerprint(mol), bits)
+            DataStructs.ConvertToNumpyArray(_morgan().GetFingerprint(mol), bits)
             parts.append(bits)
+        elif generator == "morgan2048counts":
+            parts.append(np.log1p(_morgan().GetCountFingerprintAsNumPy(mol).astype(np.float64)))
         else:
             z = (descriptor_values(mol) - np.asarray(spec.mean)) / np.asarray(spec.std)
             parts.append(np.clip(np.nan_to_num(z, nan=0.0, posinf=CLIP, neginf=-CLIP), -CLIP, CLIP))

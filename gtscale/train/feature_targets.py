@@ -1,7 +1,7 @@
 """Molecule-level features as pretraining targets (task.aux_graph_feat).
 
 A shard folder written with `gtscale shard --graph-features` holds one vector per molecule
-(graph_feat: Morgan bits, then RDKit 2D descriptors as z-scores, in the generators' order). As
+(graph_feat: Morgan bits or log counts, RDKit 2D descriptors as z-scores, in the generators' order). As
 inputs they feed the task head; as targets they teach a backbone what a fingerprint SVR and a
 descriptor model see: which radius-2 environments a molecule has, and its global properties
 (CheMeleon, Burns et al. 2025, pretrains on descriptors the same way). Each generator's block gets
@@ -9,7 +9,7 @@ the loss that suits its values, and the blocks count equally:
 
     L = mean over graphs of  mean over blocks b of  ℓ_b(ŝ_b, f_b)
     ℓ_bits    = mean over bits of BCE-with-logits       (morgan2048)
-    ℓ_zscores = mean over descriptors of squared error  (rdkit2d)
+    ℓ_zscores = mean over descriptors of squared error  (rdkit2d; morgan2048counts' log counts alike)
 """
 
 from __future__ import annotations
@@ -20,6 +20,10 @@ import torch
 import torch.nn.functional as F
 
 from gtscale.errors import UserError
+
+
+#: A Morgan generator → its width and loss: bits by BCE, log counts by squared error.
+MORGAN_BLOCKS = {"morgan2048": (2048, "bce"), "morgan2048counts": (2048, "mse")}
 
 
 @dataclass(frozen=True)
@@ -44,8 +48,8 @@ class FeatureTargets:
         for name in entry.get("generators", []):
             if name == "rdkit2d":
                 width, loss = len(entry.get("rdkit2d", {}).get("names", [])), "mse"
-            elif name.startswith("morgan") and name.removeprefix("morgan").isdigit():
-                width, loss = int(name.removeprefix("morgan")), "bce"
+            elif name in MORGAN_BLOCKS:
+                width, loss = MORGAN_BLOCKS[name]
             else:
                 raise UserError(f"task.aux_graph_feat: {where}: unknown molecule-level feature generator {name!r}")
             blocks.append((start, start + width, loss))

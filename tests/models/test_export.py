@@ -138,7 +138,7 @@ TAMPERED = [
     ("export.json", "shards.transform", [1, 2], "shards.transform: expected a mapping, got list"),
     ("export.json", "shards", "shards/", "shards: expected a mapping, got str"),
     ("export.json", "shards.features.graph", {"generators": ["ecfp6"], "dim": 4096},
-     "shards.features.graph.generators[0]: 'ecfp6' is not one of 'morgan2048', 'rdkit2d'"),
+     "shards.features.graph.generators[0]: 'ecfp6' is not one of 'morgan2048', 'morgan2048counts', 'rdkit2d'"),
     ("export.json", "shards.features.graph", {"generators": ["rdkit2d"], "dim": 3},
      "shards.features.graph: rdkit2d statistics belong with the rdkit2d generator"),
     ("export.json", "shards.features.graph", {"generators": ["rdkit2d"], "dim": 2, "rdkit2d": {"names": ["a", "b"], "mean": [0.0, NAN], "std": [1.0, 1.0]}},

@@ -77,3 +77,25 @@ def test_a_recorded_width_that_is_not_the_generators_is_refused():
     assert GraphFeatures.from_manifest({"generators": ["morgan2048"], "dim": 2048}, "e/export.json").dim == 2048
     with pytest.raises(UserError, match=r"e/export.json: features.graph.dim 16 is not the width of generators morgan2048 \(2048\)"):
         GraphFeatures.from_manifest({"generators": ["morgan2048"], "dim": 16}, "e/export.json")
+
+
+def test_count_morgan_holds_log_counts_of_the_same_environments_the_bits_mark(tmp_path):
+    """morgan2048counts: log(1 + count) of each hashed radius-2 environment, nonzero exactly where
+    morgan2048 sets a bit; an octyl chain repeats CH2 environments that bits count once."""
+    table = read_nci_tpsa()
+    smiles = ["CCCCCCCCc1ccccc1", *table.smiles[:9]]
+    frame = pd.DataFrame({"smiles": smiles, "y": np.arange(10.0), "split": ["train"] * 7 + ["test"] * 3})
+    frame.to_csv(tmp_path / "m.csv", index=False)
+    out = tmp_path / "shards"
+    assert main(["shard", "smiles-csv", "--input", str(tmp_path / "m.csv"), "--target-columns", "y", "--split-column", "split",
+                 "--out", str(out), "--no-progress", "--lap-k", "0", "--graph-features", "morgan2048counts,morgan2048"]) == 0
+    graph = load_manifest(out)["features"]["graph"]
+    assert graph["generators"] == ["morgan2048counts", "morgan2048"] and graph["dim"] == 4096
+    morgan = rdFingerprintGenerator.GetMorganGenerator(radius=2, fpSize=2048)
+    for idx, record in _records(out).items():
+        counts, bits = record["graph_feat"][:2048].astype(np.float64), record["graph_feat"][2048:]
+        expected = np.log1p(morgan.GetCountFingerprintAsNumPy(Chem.MolFromSmiles(smiles[idx])).astype(np.float64))
+        np.testing.assert_allclose(counts, expected, rtol=1e-3)
+        np.testing.assert_array_equal(counts > 0, bits > 0)
+        if idx == 0:
+            assert counts.max() == pytest.approx(np.log1p(7), rel=1e-3)  # the octyl chain's 7 CH2: one radius-0 environment, one bit

@@ -25,6 +25,11 @@ def test_blocks_follow_the_generators_in_order():
     assert targets.blocks == ((0, 2048, "bce"), (2048, 2051, "mse")) and targets.dim == 2051
 
 
+def test_morgan_log_counts_are_regressed_not_classified():
+    targets = FeatureTargets.from_manifest({"features": {"graph": {"generators": ["morgan2048counts", "morgan2048"], "dim": 4096}}}, "s")
+    assert targets.blocks == ((0, 2048, "mse"), (2048, 4096, "bce"))
+
+
 @pytest.mark.parametrize("graph, message", [
     (None, "holds no molecule-level features"),
     ({"generators": ["ecfp6"], "dim": 2048}, "unknown molecule-level feature generator 'ecfp6'"),
