@@ -40,7 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--graph-features", default="",
                         help="molecule-level input features for the task head, comma-separated: morgan2048 (Morgan bits, radius 2), "
-                        "morgan2048counts (the same environments counted, as log(1 + count)), rdkit2d (RDKit 2D descriptors standardised with the train split's statistics, recorded in the manifest)")
+                        "morgan2048counts (the same environments counted, as log(1 + count)), "
+                        "rdkit2d (RDKit 2D descriptors standardised with the train split's statistics, recorded in the manifest)")
     parser.add_argument("--targets", choices=["given", "rdkit-descriptors", "rdkit-fast"], default="given",
                         help="given: the dataset's own targets; rdkit-descriptors: all of RDKit's descriptors, standardised (pretraining); "
                         "rdkit-fast: the ten cheap ones (MolWt, MolLogP, TPSA, MolMR, counts, FractionCSP3), for corpora of millions")

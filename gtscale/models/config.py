@@ -155,10 +155,13 @@ class HeadConfig:
     # "mlp": dropout on the input of every linear layer (chemprop's FFN dropout), the first one
     # included: on small fine-tuning sets a 2,048-bit fingerprint beside the graph invites overfitting
     dropout: float = ranged(0.0, low=0, high=1, high_open=True)
+    # "mlp" with graph_features: the first layer's dropout on the molecule features alone (null: `dropout`),
+    # so that a 2,048-bit fingerprint can be thinned harder than the graph representation beside it
+    feature_dropout: Optional[float] = ranged(None, low=0, high=1, high_open=True)
 
     def __post_init__(self):
         check_field_ranges(self)
-        if self.dropout and self.form == "graphormer":
+        if (self.dropout or self.feature_dropout) and self.form == "graphormer":
             raise ValueError("head dropout belongs to the mlp form; fairseq's graphormer head has none")
         if self.kind == "distance" and self.graph_features:
             raise ValueError("the distance head reads pair embeddings only; it takes no graph_features")

@@ -125,3 +125,39 @@ def test_head_dropout_drops_the_inputs_of_every_layer_in_training_only(graphs):
 def test_head_dropout_is_checked(bad, match):
     with pytest.raises(UserError, match=match):
         build_head({"kind": "graph", **bad}, build_model(TINY_EGT))
+
+
+def test_feature_dropout_thins_the_molecule_features_alone(graphs):
+    """feature_dropout: its own rate on graph_feat's block of the first layer's input; the graph
+    representation beside it keeps `dropout` (here none), and evaluation sees no dropout at all."""
+    torch.manual_seed(0)
+    model = build_model(TINY_EGT).eval()
+    head = build_head({"kind": "graph", "hidden": [8], "graph_features": 4096, "dropout": 0.0, "feature_dropout": 0.75}, model)
+    outputs = model(make_batch(graphs))
+    feat = torch.rand(len(graphs), 4096) + 0.5
+    seen = []
+    hook = head.mlp.layers[0].register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    head.train()
+    head(outputs, feat)
+    head.eval()
+    head(outputs, feat)
+    hook.remove()
+    trained, evaluated = seen
+    width = outputs.graph.shape[-1]
+    torch.testing.assert_close(trained[:, :width], outputs.graph)  # the representation: untouched
+    dropped = trained[:, width:]
+    zero = dropped == 0
+    assert 0.72 < zero.float().mean() < 0.78
+    torch.testing.assert_close(dropped[~zero], 4 * feat[~zero])  # inverted dropout: 1 / (1 - 0.75)
+    torch.testing.assert_close(evaluated, torch.cat([outputs.graph, feat], dim=-1))
+
+
+def test_without_feature_dropout_the_head_drops_its_whole_input_at_one_rate(graphs):
+    torch.manual_seed(0)
+    model = build_model(TINY_EGT).eval()
+    head = build_head({"kind": "graph", "hidden": [8], "graph_features": 4096, "dropout": 0.5}, model).train()
+    outputs = model(make_batch(graphs))
+    seen = []
+    head.mlp.layers[0].register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    head(outputs, torch.rand(len(graphs), 4096) + 0.5)
+    assert 0.45 < (seen[0][:, 4096 // 2:] == 0).float().mean() < 0.55
