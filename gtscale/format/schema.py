@@ -150,6 +150,8 @@ def renamed_members(schema_version: int) -> dict[str, str]:
 PATH_RULES = ("bfs", "floyd-warshall")
 #: Generators of graph_feat (manifest features.graph.generators; prep/graph_features.py computes them).
 GRAPH_FEATURE_GENERATORS = ("morgan2048", "morgan2048counts", "rdkit2d")
+#: Width of the Morgan generators (radius 2, hashed to this many bits or counts).
+MORGAN_BITS = 2048
 
 # --- sentinels -----------------------------------------------------------------------------
 #: Hop count of an unreachable pair (different connected components). Real hop counts above

@@ -29,7 +29,7 @@ from gtscale.errors import UserError
 from gtscale.format import schema
 from gtscale.prep.sources.descriptors import CLIP, compute_descriptors, descriptor_values, descriptor_names
 
-MORGAN_BITS = 2048
+MORGAN_BITS = schema.MORGAN_BITS
 #: generator name (schema.GRAPH_FEATURE_GENERATORS, in that order) → feature width
 GENERATORS = dict(zip(schema.GRAPH_FEATURE_GENERATORS, (MORGAN_BITS, MORGAN_BITS, len(descriptor_names())), strict=True))
 

@@ -20,10 +20,11 @@ import torch
 import torch.nn.functional as F
 
 from gtscale.errors import UserError
+from gtscale.format import schema
 
 
-#: A Morgan generator → its width and loss: bits by BCE, log counts by squared error.
-MORGAN_BLOCKS = {"morgan2048": (2048, "bce"), "morgan2048counts": (2048, "mse")}
+#: A Morgan generator → its loss: bits by BCE, log counts by squared error.
+MORGAN_LOSSES = {"morgan2048": "bce", "morgan2048counts": "mse"}
 
 
 @dataclass(frozen=True)
@@ -48,8 +49,8 @@ class FeatureTargets:
         for name in entry.get("generators", []):
             if name == "rdkit2d":
                 width, loss = len(entry.get("rdkit2d", {}).get("names", [])), "mse"
-            elif name in MORGAN_BLOCKS:
-                width, loss = MORGAN_BLOCKS[name]
+            elif name in MORGAN_LOSSES:
+                width, loss = schema.MORGAN_BITS, MORGAN_LOSSES[name]
             else:
                 raise UserError(f"task.aux_graph_feat: {where}: unknown molecule-level feature generator {name!r}")
             blocks.append((start, start + width, loss))
