@@ -18,6 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split-seed", type=int, default=0, help="seed of the validation split carved from each set's train split (default 0)")
     parser.add_argument("--resplit", action="store_true",
                         help="seed S > 0 of each trained arm carves its validation split with split seed --split-seed + S (its own shards)")
+    parser.add_argument("--refit", action="store_true",
+                        help="each trained seed, its step chosen on validation, trains again on train+valid for that many steps (`gtscale sweep --refit`)")
     parser.add_argument("--config", action="append", default=[], metavar="ARM=YAML", help="replace an arm's training config")
     parser.add_argument("--override", action="append", default=[], metavar="ARM:key=value", help="an override for one arm only")
     parser.add_argument("--init-from", default=None,
@@ -33,6 +35,6 @@ def run(args: argparse.Namespace) -> int:
     table = moleculeace_table(Path(args.out), sets=args.sets, arms=args.arms, seeds=args.seeds, split_seed=args.split_seed,
                               overrides=args.overrides, configs=args.config, arm_overrides=args.override, init_from=args.init_from,
                               graph_features=args.graph_features, ensemble_of=args.ensemble_of, shard_args=args.shard_args, nproc=args.nproc,
-                              resplit=args.resplit)
+                              resplit=args.resplit, refit=args.refit)
     print(json.dumps(table, indent=1) if args.json else markdown(table), end="\n" if args.json else "")
     return 0

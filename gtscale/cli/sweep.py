@@ -17,6 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nproc", type=int, default=1, help="processes per run (torchrun --standalone); 1 = a single process")
     parser.add_argument("--split", default="test", help="split scored with the best-validation checkpoint (default test)")
     parser.add_argument("--label", default=None, help="row name in tables (default: the config's file name)")
+    parser.add_argument("--refit", action="store_true",
+                        help="after choosing each seed's step on validation, train again on train+valid for that many steps; score that model")
     parser.add_argument("--collect", action="store_true", help="do not train: evaluate and aggregate the seed runs already there")
     parser.add_argument("--print-run-dir", action="store_true", help="print the sweep's folder (the config's run_dir; seeds go to seed-S in it) and exit (slurm/sweep.sbatch)")
     parser.add_argument("--compare", nargs="+", metavar="SWEEP_DIR", help="one table from existing sweep folders (each with sweep.json)")
@@ -50,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
         print(load_train_config(args.config, overrides).run_dir)
         return 0
-    base = run_sweep(args.config, overrides, seeds, args.nproc, args.split, args.label, args.collect)
+    base = run_sweep(args.config, overrides, seeds, args.nproc, args.split, args.label, args.collect, refit=args.refit)
     print((base / TABLE_FILE).read_text(), end="")
     print(f"wrote {base / SWEEP_FILE} and {base / TABLE_FILE}")
     return 0

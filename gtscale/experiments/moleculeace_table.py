@@ -17,7 +17,9 @@ DIR/<set>/<arm>/ as a sweep folder (sweep.json, sweep.md; `gtscale sweep --compa
 - scratch, finetune, finetune-features: `gtscale sweep` of a training config over --seeds, each
   seed's test metrics at its best-validation checkpoint (configs/tasks/moleculeace-egt-*.yaml;
   --config ARM=YAML replaces one; key=value overrides go to every trained arm, --override
-  ARM:key=value to one);
+  ARM:key=value to one); with --refit each seed, its step chosen on validation, trains again on
+  train ∪ valid for that many steps and that refit is the seed's model (`gtscale sweep --refit`),
+  as the SVR arms fit on train ∪ valid;
 - ensemble: the mean prediction of the seeds of --ensemble-of (default: the last trained arm);
   with --resplit, seed S > 0 of every trained arm trains on shards of its own
   (DIR/shards/<set>[-<arm>]-split<K>, K = --split-seed + S): the validation split carved with split seed K, so that each seed
@@ -134,11 +136,12 @@ def shard_set(name: str, out: Path, split_seed: int, shard_args: list[str]) -> P
 
 
 def cached_rows(folder: Path, config: str | None, overrides: list[str], seeds: list[int],
-                seed_overrides: dict[int, list[str]] | None = None) -> list[dict] | None:
+                seed_overrides: dict[int, list[str]] | None = None, refit: bool = False) -> list[dict] | None:
     """The rows of `folder`'s sweep.json when it holds this arm with these settings; None when there
     is none yet, or when it holds some of these seeds and not all (the sweep then trains the others,
     its finished runs resuming as finished); a UserError when it holds another (never overwritten).
-    `seed_overrides`: run_sweep's, compared seed by seed over the seeds the folder holds."""
+    `seed_overrides`: run_sweep's, compared seed by seed over the seeds the folder holds; `refit`
+    run_sweep's too."""
     from gtscale.experiments.sweep import read_rows
 
     if not (folder / "sweep.json").is_file():
@@ -148,20 +151,21 @@ def cached_rows(folder: Path, config: str | None, overrides: list[str], seeds: l
     held = [r["seed"] for r in first["runs"]]
     held_own = first.get("seed_overrides", {})
     wanted_own = seed_overrides or {}
-    same = (first.get("config") == config and first.get("overrides", []) == overrides
+    same = (first.get("config") == config and first.get("overrides", []) == overrides and first.get("refit", False) == refit
             and all(held_own.get(str(seed), []) == wanted_own.get(seed, []) for seed in held))
     if same and held == list(seeds):
         return rows
     if same and set(held) < set(seeds):
         return None
-    raise UserError(f"{folder}: holds a sweep with other settings (config, overrides or seeds not among {list(seeds)}); "
+    raise UserError(f"{folder}: holds a sweep with other settings (config, overrides, refit or seeds not among {list(seeds)}); "
                     "choose another --out or remove it")
 
 
 def run_set(name: str, out: Path, columns: list[str], arms: dict[str, tuple[Arm, list[str]]], seeds: list[int], split_seed: int,
-            shard_args: str, nproc: int, ensemble_of: str | None, init_from: str | None, resplit: bool = False) -> dict[str, dict]:
+            shard_args: str, nproc: int, ensemble_of: str | None, init_from: str | None, resplit: bool = False,
+            refit: bool = False) -> dict[str, dict]:
     """Shard one set and run its arms (`columns`: every arm asked for; `arms`: the trained ones,
-    trained_arms; `resplit`: the command's --resplit); arm → its sweep rows."""
+    trained_arms; `resplit`, `refit`: the command's options); arm → its sweep rows."""
     from gtscale.experiments.ecfp import run_baseline
     from gtscale.experiments.sweep import run_sweep
 
@@ -189,11 +193,11 @@ def run_set(name: str, out: Path, columns: list[str], arms: dict[str, tuple[Arm,
                 own[seed] = [f"data.shards={shard_set(name, resplit_shards, split_seed + seed, shard_options)}"]
         folder = out / name / arm_name
         overrides = [f"data.shards={shards[arm.shard_args]}", f"run_dir={folder}", *overrides]
-        rows[arm_name] = cached_rows(folder, arm.config, overrides, seeds, own)
+        rows[arm_name] = cached_rows(folder, arm.config, overrides, seeds, own, refit)
         if rows[arm_name] is None:
             print(f"moleculeace-table: {name} {arm_name}", file=sys.stderr, flush=True)
-            run_sweep(arm.config, overrides, seeds, nproc, "test", arm_name, seed_overrides=own)
-            rows[arm_name] = cached_rows(folder, arm.config, overrides, seeds, own)
+            run_sweep(arm.config, overrides, seeds, nproc, "test", arm_name, seed_overrides=own, refit=refit)
+            rows[arm_name] = cached_rows(folder, arm.config, overrides, seeds, own, refit)
     for blend, partner in BLEND_PARTNERS.items():
         if blend in columns:
             rows[blend] = [blend_row(rows[ensemble_of][0], out / name / partner, partner)]
@@ -301,7 +305,8 @@ def column_label(column: str, ensemble_of: str | None) -> str:
 def markdown(table: dict) -> str:
     columns = table["columns"]
     labels = [column_label(c, table["ensemble_of"]) for c in columns]
-    each_split = ", each seed on its own validation split" if table.get("resplit") else ""
+    each_split = (", each seed on its own validation split" if table.get("resplit") else "") + (
+        ", each seed refitted on train ∪ valid for its best-validation step count" if table.get("refit") else "")
     lines = [f"RMSE / cliff RMSE on each set's test split (trained arms: mean over seeds{each_split})", "",
              "| set | " + " | ".join(labels) + " |", "|---|" + "---:|" * len(columns)]
 
@@ -325,7 +330,7 @@ def markdown(table: dict) -> str:
 def moleculeace_table(out: Path, *, sets: list[str] | None = None, arms: list[str] = ALL_ARMS, seeds: list[int] = (0, 1, 2),
                       split_seed: int = 0, overrides: list[str] = (), configs: list[str] = (), arm_overrides: list[str] = (),
                       init_from: str | None = None, graph_features: str | None = None, ensemble_of: str | None = None,
-                      shard_args: str = "", nproc: int = 1, resplit: bool = False) -> dict:
+                      shard_args: str = "", nproc: int = 1, resplit: bool = False, refit: bool = False) -> dict:
     """Every arm of `arms` on every MoleculeACE set of `sets` (default: all the package bundles),
     into `out`; the table (build_table), also written as TABLE_JSON and TABLE_MD. The options are
     the command's (module docstring; trained_arms)."""
@@ -352,9 +357,9 @@ def moleculeace_table(out: Path, *, sets: list[str] | None = None, arms: list[st
     if KERNEL in arms:
         kernel_backbone(init_from)  # refused before any set is sharded
     with contextlib.redirect_stdout(sys.stderr):  # progress and the sweeps' reports: stdout is the table
-        per_set = {name: run_set(name, out, arms, trained, seeds, split_seed, shard_args, nproc, ensemble_of, init_from, resplit)
+        per_set = {name: run_set(name, out, arms, trained, seeds, split_seed, shard_args, nproc, ensemble_of, init_from, resplit, refit)
                    for name in sets}
-    table = build_table(per_set, arms, ensemble_of if {ENSEMBLE, *BLEND_PARTNERS} & set(arms) else None) | {"resplit": resplit}
+    table = build_table(per_set, arms, ensemble_of if {ENSEMBLE, *BLEND_PARTNERS} & set(arms) else None) | {"resplit": resplit, "refit": refit}
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / TABLE_JSON, json.dumps(table, indent=1))
     atomic_write_text(out / TABLE_MD, markdown(table))

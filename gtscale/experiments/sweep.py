@@ -14,6 +14,12 @@ RMSE is added. <run_dir>/sweep.json holds every run's metrics and their mean ± 
 ensemble (the mean prediction, experiments/ensemble.py) on the same split (graph tasks). `--collect`
 skips training (after the runs were trained elsewhere, e.g. as the SLURM array of
 slurm/sweep.sbatch).
+
+`--refit` chooses on validation and then trains on it too, as a cross-validated SVR is refitted on
+train ∪ valid: each seed's run picks its step (its best-validation checkpoint), and a second run
+<run_dir>/seed-S-refit trains the same config on data.train_split + data.eval_split ("train+valid")
+for exactly that many steps (max_steps; schedule.total_steps unchanged, so its learning rate follows
+the same curve); the refit's last checkpoint is the seed's model, scored and exported like any.
 """
 
 from __future__ import annotations
@@ -107,23 +113,44 @@ def with_cliff_rmse(metrics: dict, shards: str | None, split: str, idx: np.ndarr
     return metrics
 
 
-def seed_metrics(run_dir: Path, seed: int, split: str) -> dict:
-    """Test metrics of one run at its best-validation checkpoint (+ cliff RMSE on MoleculeACE),
-    whose export it leaves where `gtscale export` puts it (RUN_DIR/export: what predict reads)."""
+def seed_metrics(run_dir: Path, seed: int, split: str, tag: str = "best") -> dict:
+    """Test metrics of one run at checkpoint `tag` (its best-validation one by default; + cliff RMSE
+    on MoleculeACE), whose export it leaves where `gtscale export` puts it (RUN_DIR/export: what
+    predict reads)."""
     from gtscale.train.evaluate import evaluate_run, run_config
 
-    result = evaluate_run(run_dir, split, "best", export_to=run_dir / "export")
+    result = evaluate_run(run_dir, split, tag, export_to=run_dir / "export")
     saved = np.load(run_dir / "eval" / f"{split}-{result['tag']}.npz")
     metrics = with_cliff_rmse(dict(result["metrics"]), run_config(run_dir).data.shards, split, saved["idx"], saved["y_pred"], saved["y_true"])
-    best = json.loads((run_dir / "best.json").read_text()) if (run_dir / "best.json").is_file() else {}
+    best = best_record(run_dir)
     return {"seed": seed, "run_dir": str(run_dir), "tag": result["tag"], "export": result["export"], "best_valid": best.get("value"), "metrics": metrics}
 
 
+def best_record(run_dir: Path) -> dict:
+    """The run's best.json ({metric, value, step, tag}), or {} when it has none."""
+    path = run_dir / "best.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def refit_overrides(config: str, overrides: list[str], validated: Path) -> list[str]:
+    """What turns a seed's run into its refit: train on its train and eval splits together for the
+    step its best-validation checkpoint was taken at, evaluating only at the end."""
+    from gtscale.format.manifest import SPLIT_UNION
+    from gtscale.train.preflight import load_train_config
+
+    step = best_record(validated).get("step")
+    if not isinstance(step, int) or step < 1:
+        raise UserError(f"--refit: {validated} has no best-validation step (best.json); the refit trains for that many steps")
+    data = load_train_config(config, overrides).data
+    return [f"data.train_split={data.train_split}{SPLIT_UNION}{data.eval_split}", f"max_steps={step}", "eval.every=0", "eval.patience=0"]
+
+
 def run_sweep(config: str, overrides: list[str], seeds: list[int], nproc: int = 1, split: str = "test", label: str | None = None,
-              collect: bool = False, seed_overrides: dict[int, list[str]] | None = None) -> Path:
+              collect: bool = False, seed_overrides: dict[int, list[str]] | None = None, refit: bool = False) -> Path:
     """Train (unless `collect`) and score one run per seed; the sweep's folder, holding SWEEP_FILE and
     TABLE_FILE. `seed_overrides`: overrides of one seed's run alone, after the common ones (such as
-    shards of its own validation split); the row records them."""
+    shards of its own validation split); the row records them. `refit`: each seed's model is its
+    refit on train ∪ valid (module docstring), the row's runs the refits."""
     from gtscale.train.preflight import load_train_config
 
     if nproc < 1:
@@ -135,20 +162,35 @@ def run_sweep(config: str, overrides: list[str], seeds: list[int], nproc: int = 
     runs = []
     for seed in seeds:
         run_dir = base / f"seed-{seed}"
-        if not collect:
-            print(f"sweep: seed {seed} → {run_dir}", flush=True)
-            status = subprocess.run(train_command(config, [*overrides, *seed_overrides.get(seed, [])], seed, run_dir, nproc)).returncode
-            if status != 0:
-                raise UserError(f"sweep: seed {seed} ended with exit status {status} (log above; rerun the sweep to continue it)")
-        elif not (run_dir / "config.yaml").is_file():
-            raise UserError(f"--collect: {run_dir} has not been trained")
-        runs.append(seed_metrics(run_dir, seed, split))
+        own = [*overrides, *seed_overrides.get(seed, [])]
+        train_seed(config, own, seed, run_dir, nproc, collect)
+        if not refit:
+            runs.append(seed_metrics(run_dir, seed, split))
+            continue
+        refit_dir = base / f"seed-{seed}-refit"
+        train_seed(config, [*own, *refit_overrides(config, own, run_dir)], seed, refit_dir, nproc, collect)
+        validated = best_record(run_dir)
+        runs.append(seed_metrics(refit_dir, seed, split, "latest") | {"best_valid": validated.get("value"), "refit_of": str(run_dir), "refit_step": validated["step"]})
     row = {"label": label or Path(config).stem, "config": config, "overrides": overrides, "split": split, "runs": runs, "summary": summarize(runs)}
+    if refit:
+        row["refit"] = True
     if seed_overrides:
         row["seed_overrides"] = {str(seed): seed_overrides[seed] for seed in seeds if seed_overrides.get(seed)}
     ensemble = ensemble_row(row) if len(runs) > 1 else None
     write_sweep(base, [row] if ensemble is None else [row, ensemble])
     return base
+
+
+def train_seed(config: str, overrides: list[str], seed: int, run_dir: Path, nproc: int, collect: bool) -> None:
+    """Train one seed's run (resuming it; a finished run returns at once); with `collect`, only check it was trained."""
+    if collect:
+        if not (run_dir / "config.yaml").is_file():
+            raise UserError(f"--collect: {run_dir} has not been trained")
+        return
+    print(f"sweep: seed {seed} → {run_dir}", flush=True)
+    status = subprocess.run(train_command(config, overrides, seed, run_dir, nproc)).returncode
+    if status != 0:
+        raise UserError(f"sweep: seed {seed} ({run_dir.name}) ended with exit status {status} (log above; rerun the sweep to continue it)")
 
 
 def ensemble_row(row: dict) -> dict | None:

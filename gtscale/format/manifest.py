@@ -40,6 +40,23 @@ def is_node_task(manifest: dict | None) -> bool:
     return manifest is not None and task_type(manifest) == NODE_TASK
 
 
+# --- splits ----------------------------------------------------------------------------------
+#: Joins split names into one split read as their union: data.train_split "train+valid" trains on
+#: both (a refit on every labelled molecule once the number of steps was chosen on valid).
+SPLIT_UNION = "+"
+
+
+def split_parts(split: str) -> list[str]:
+    """The splits a split name reads: "train+valid" → ["train", "valid"], "train" → ["train"]."""
+    return split.split(SPLIT_UNION)
+
+
+def missing_split(manifest: dict, split: str) -> str | None:
+    """The first split `split` reads that the manifest lacks, or None."""
+    splits = manifest.get("splits", {})
+    return next((part for part in split_parts(split) if part not in splits), None)
+
+
 def written_by_gtscale(plan: dict) -> bool:
     """Whether a plan.json or manifest.json is the sharder's own: created_by gtscale, with a run fingerprint."""
     return str(plan.get("created_by", "")).startswith("gtscale ") and bool(re.fullmatch(r"[0-9a-f]{64}", str(plan.get("fingerprint", ""))))

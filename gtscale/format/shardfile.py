@@ -26,6 +26,7 @@ from typing import Iterator
 
 from gtscale.errors import UserError
 from gtscale.format import schema
+from gtscale.format.manifest import missing_split, split_parts
 
 #: Extensions WebDataset (and torch) would decode by unpickling; a shard must never contain them.
 PICKLE_EXTENSIONS = frozenset({"pyd", "pickle", "pkl", "pth", "pt"})
@@ -78,17 +79,20 @@ def inside_folder(folder: Path, name: str) -> Path:
 
 
 def manifest_shards(manifest: dict, split: str) -> list[ShardEntry]:
-    """The shards of `split` in manifest order (a manifest from `gtscale.format.manifest.load_manifest`)."""
+    """The shards of `split` in manifest order (a manifest from `gtscale.format.manifest.load_manifest`);
+    of a union ("train+valid", manifest.SPLIT_UNION) each part's in turn."""
     splits = manifest.get("splits", {})
-    if split not in splits:
-        raise UserError(f"{manifest.get('_dir', 'manifest')}: no split {split!r} (has: {', '.join(sorted(splits)) or 'none'})")
+    missing = missing_split(manifest, split)
+    if missing is not None:
+        raise UserError(f"{manifest.get('_dir', 'manifest')}: no split {missing!r} (has: {', '.join(sorted(splits)) or 'none'})")
     root = Path(manifest.get("_dir", "."))
     version = manifest.get("schema_version", schema.SCHEMA_VERSION)
     entries = []
-    for i, shard in enumerate(splits[split].get("shards", [])):
-        if "path" not in shard or "samples" not in shard:
-            raise UserError(f"{root}: manifest splits.{split}.shards[{i}] lacks 'path' or 'samples'")
-        entries.append(ShardEntry(shard["path"], root, int(shard["samples"]), shard.get("bytes"), shard.get("sha256"), version))
+    for part in split_parts(split):
+        for i, shard in enumerate(splits[part].get("shards", [])):
+            if "path" not in shard or "samples" not in shard:
+                raise UserError(f"{root}: manifest splits.{part}.shards[{i}] lacks 'path' or 'samples'")
+            entries.append(ShardEntry(shard["path"], root, int(shard["samples"]), shard.get("bytes"), shard.get("sha256"), version))
     return entries
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from gtscale.format.manifest import split_parts
+
 #: The manifest key, under "task".
 TARGET_STATS = "target_stats"
 
@@ -37,5 +39,25 @@ def split_target_stats(targets_of: dict[str, np.ndarray]) -> dict[str, dict[str,
 
 def recorded_stats(manifest: dict, split: str) -> dict[str, list] | None:
     """The manifest's statistics of `split`, or None when it has none (shards written before gtscale
-    recorded them, or a graph store)."""
-    return manifest.get("task", {}).get(TARGET_STATS, {}).get(split)
+    recorded them, or a graph store). A union of splits ("train+valid") gets its parts' pooled:
+    the counts summed, the count-weighted mean, and the population std of all their values."""
+    recorded = manifest.get("task", {}).get(TARGET_STATS, {})
+    parts = [recorded.get(part) for part in split_parts(split)]
+    if any(p is None for p in parts):
+        return None
+    return parts[0] if len(parts) == 1 else pooled_stats(parts)
+
+
+def pooled_stats(parts: list[dict[str, list]]) -> dict[str, list]:
+    """{count, mean, std} of the union of the splits whose statistics are `parts` (a split without a
+    label of a target adds nothing to it)."""
+    count = np.array([p["count"] for p in parts], dtype=np.float64)  # [parts, T]
+    mean = np.array([[m if m is not None else 0.0 for m in p["mean"]] for p in parts])
+    std = np.array([[s if s is not None else 0.0 for s in p["std"]] for p in parts])
+    total = count.sum(axis=0)
+    pooled_mean = (count * mean).sum(axis=0) / np.maximum(total, 1)
+    # each part's sum of squares about the pooled mean: n (σ² + (μ − μ_pooled)²)
+    pooled_var = (count * (std ** 2 + (mean - pooled_mean) ** 2)).sum(axis=0) / np.maximum(total, 1)
+    return {"count": [int(c) for c in total],
+            "mean": [float(m) if c else None for m, c in zip(pooled_mean, total)],
+            "std": [float(np.sqrt(v)) if c else None for v, c in zip(pooled_var, total)]}

@@ -62,6 +62,8 @@ class DataConfig:
     # exactly one of: shards, a folder holding manifest.json (written by `gtscale shard`), or graph
     shards: Optional[str] = None
     graph: Optional[GraphDataConfig] = None
+    # several splits joined by "+" train on their union (shards only): "train+valid" refits on every
+    # labelled molecule for a number of steps chosen on valid beforehand (`gtscale sweep --refit`)
     train_split: str = "train"
     eval_split: str = "valid"  # evaluated every eval.every steps and at the end
     # loader.keys and loader.path_edges_max_dist are the model's to choose (its batch_fields and

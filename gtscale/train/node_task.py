@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from gtscale.errors import UserError
 from gtscale.format import schema
+from gtscale.format.manifest import split_parts
 from gtscale.loader.batch import Batch
 from gtscale.loader.edge_batch import EdgeBatch
 from gtscale.train.config import TaskConfig, TrainConfig
@@ -42,10 +43,12 @@ def resolve_anomaly_weight(task: TaskConfig, manifest: dict, train_split: str) -
     split's targets from the manifest (a UserError when that split lacks either class)."""
     if task.anomaly_weight != "auto":
         return float(task.anomaly_weight)
-    counts = manifest.get("task", {}).get("label_counts", {}).get(train_split)
-    if counts is None:
-        raise UserError(f"task.anomaly_weight: auto needs the manifest's task.label_counts.{train_split}; set a number instead")
-    normal, anomalous = int(counts.get("normal", 0)), int(counts.get("anomalous", 0))
+    recorded = manifest.get("task", {}).get("label_counts", {})
+    missing = next((part for part in split_parts(train_split) if part not in recorded), None)
+    if missing is not None:
+        raise UserError(f"task.anomaly_weight: auto needs the manifest's task.label_counts.{missing}; set a number instead")
+    counts = [recorded[part] for part in split_parts(train_split)]  # a union ("train+valid"): its parts' counts summed
+    normal, anomalous = (sum(int(c.get(label, 0)) for c in counts) for label in ("normal", "anomalous"))
     if normal == 0 or anomalous == 0:
         raise UserError(f"task.anomaly_weight: auto needs both classes in split {train_split!r} ({normal} normal, {anomalous} anomalous); set a number instead")
     return normal / anomalous

@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 
 from gtscale.errors import UserError
-from gtscale.format.manifest import GRAPH_TASK, NODE_TASK, task_type
+from gtscale.format.manifest import GRAPH_TASK, NODE_TASK, SPLIT_UNION, missing_split, task_type
 from gtscale.models import parse_model_config, pretrained
 from gtscale.train.engine_config import deepspeed_config
 from gtscale.train.config import ERROR_METRICS, TaskConfig, TrainConfig, read_train_config
@@ -69,9 +69,14 @@ def check_run(cfg: TrainConfig) -> TrainConfig:
     if "num_outputs" in cfg.task.head:  # like the loader keys: replaced, so never silently
         raise UserError(f"task.head.num_outputs: set by the shards' number of targets ({num_targets} in {manifest}), not by the config; remove it")
     splits = contents["splits"]
+    if cfg.data.graph is not None and SPLIT_UNION in cfg.data.train_split:
+        raise UserError(f"data.train_split: {cfg.data.train_split!r} joins splits, which shards support (data.shards), not a graph store's node splits")
+    if SPLIT_UNION in cfg.data.eval_split:
+        raise UserError(f"data.eval_split: {cfg.data.eval_split!r} joins splits; the run is evaluated on one (data.train_split may join several)")
     for key in ("train_split", "eval_split"):
-        if getattr(cfg.data, key) not in splits:
-            raise UserError(f"data.{key}: {getattr(cfg.data, key)!r} is not a split of {manifest} (has {', '.join(splits)})")
+        missing = missing_split(contents, getattr(cfg.data, key))
+        if missing is not None:
+            raise UserError(f"data.{key}: {missing!r} is not a split of {manifest} (has {', '.join(splits)})")
     # auto target scaling needs the train split's statistics, an auto anomaly weight both classes in it
     resolved = resolve_config(cfg, contents)
     check_task_model(resolved, contents)  # task.head and task.aux_distance fit the model

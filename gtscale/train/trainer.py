@@ -157,9 +157,15 @@ class Trainer:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             record_configs(self.run_dir, given, self.resolved, world_size=self.world_size, backend=dist.get_backend())
         dist.barrier()
-        self.log = RunLog(self.run_dir, self.rank == 0, cfg.logging.tensorboard, cfg.logging.progress, cfg.schedule.total_steps, self.step)
+        self.log = RunLog(self.run_dir, self.rank == 0, cfg.logging.tensorboard, cfg.logging.progress, self.last_step, self.step)
         if self.rank == 0:
             self.task.log_start(self.log, self.step)
+
+    @property
+    def last_step(self) -> int:
+        """Where this run stops: schedule.total_steps, or max_steps when that comes first (the schedule
+        keeps its length either way)."""
+        return min(self.cfg.schedule.total_steps, self.cfg.max_steps or self.cfg.schedule.total_steps)
 
     def close(self) -> None:
         """Release the run_dir lock and end the process group this Trainer created (on success and on error)."""
@@ -437,7 +443,7 @@ class Trainer:
         """Train to schedule.total_steps (or max_steps); returns the process exit status. Ends the
         process group (when this Trainer made it), also on error."""
         self.stops.install()
-        last_step = min(self.cfg.schedule.total_steps, self.cfg.max_steps or self.cfg.schedule.total_steps)
+        last_step = self.last_step
         batches = self._train_batches()
         window = ThroughputWindow()
         try:

@@ -87,6 +87,31 @@ def test_sweep_scores_each_seed_best_checkpoint_on_test_and_compares_with_ecfp(a
     assert [line.split(" |")[0] for line in table[2:]] == ["| egt", "| egt, ensemble of 2", "| ECFP4 + SVR", "| ECFP4 + RF"]
 
 
+@pytest.mark.slow
+def test_a_refit_trains_on_train_and_valid_for_the_step_chosen_on_valid(ace_shards, tmp_path):
+    from gtscale.format.target_stats import recorded_stats
+
+    config = tiny_config(tmp_path / "c.yaml", ace_shards, tmp_path / "egt")
+    assert main(["sweep", str(config), "--seeds", "0", "schedule.total_steps=5", "eval.every=1", "--refit"]) == 0
+    row = json.loads((tmp_path / "egt" / "sweep.json").read_text())["rows"][0]
+    (run,) = row["runs"]
+    validated, refit = tmp_path / "egt" / "seed-0", tmp_path / "egt" / "seed-0-refit"
+    valid = {step: r["rmse"] for step, r in logged_rows(validated, "valid").items()}
+    best = min(valid, key=valid.get)
+    assert row["refit"] is True and run["run_dir"] == str(refit) and run["refit_of"] == str(validated)
+    assert run["refit_step"] == best and run["best_valid"] == valid[best]
+    resolved = yaml.safe_load((refit / "config.resolved.yaml").read_text())
+    assert resolved["data"]["train_split"] == "train+valid" and resolved["max_steps"] == best and resolved["schedule"]["total_steps"] == 5
+    pooled = recorded_stats(load_manifest(ace_shards), "train+valid")  # standardised by both splits' targets
+    assert resolved["task"]["target_shift"] == pooled["mean"] and resolved["task"]["target_scale"] == pooled["std"]
+    # it stops at the chosen step, its learning rate on the validated run's curve, and is scored there
+    trained = logged_rows(refit, "train")
+    assert max(trained) == best and all(trained[s]["lr"] == logged_rows(validated, "train")[s]["lr"] for s in trained)
+    assert run["tag"] == f"step-{best:08d}" and Path(run["export"]).parent == refit
+    saved = json.loads((refit / "eval" / f"test-{run['tag']}.json").read_text())
+    assert saved["metrics"]["rmse"] == run["metrics"]["rmse"] and row["summary"]["rmse"]["mean"] == run["metrics"]["rmse"]
+
+
 def test_evaluate_refuses_a_folder_that_is_no_run(tmp_path, capsys):
     assert main(["evaluate", str(tmp_path), "--split", "test"]) == 2
     assert "not a run directory (no config.yaml)" in capsys.readouterr().err

@@ -211,6 +211,13 @@ def test_a_cached_sweep_is_read_extended_by_new_seeds_or_refused(tmp_path):
     assert mt.cached_rows(folder, "a.yaml", ["x=1"], [0, 1, 2], own) is None
     with pytest.raises(UserError, match="holds a sweep with other settings"):
         mt.cached_rows(folder, "a.yaml", ["x=1"], [0, 1])
+    # refitted seeds are other models than the validated ones: neither stands in for the other
+    with pytest.raises(UserError, match="holds a sweep with other settings"):
+        mt.cached_rows(folder, "a.yaml", ["x=1"], [0, 1], own, refit=True)
+    write_sweep(folder, [rows[0] | {"refit": True}])
+    assert mt.cached_rows(folder, "a.yaml", ["x=1"], [0, 1], refit=True)[0]["refit"] is True
+    with pytest.raises(UserError, match="holds a sweep with other settings"):
+        mt.cached_rows(folder, "a.yaml", ["x=1"], [0, 1])
 
 
 def test_unknown_set_and_an_ensemble_without_its_arm_are_refused(tmp_path, capsys):
