@@ -13,10 +13,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from gtscale.cli import main
 from gtscale.errors import UserError
 from gtscale.fit import choose, fit, fit_task, read_fit_table
+from gtscale.models.export import MODEL_FILE, read_weights
 from gtscale.prep.sources.base import scaffold_split
 from gtscale.prep.sources.bundled import read_nci_tpsa
 
@@ -142,8 +144,16 @@ def test_the_finetune_recipe_adds_fine_tuned_seeds_chosen_on_the_valid_split(mol
     assert result["selection"]["rule"] == "lowest RMSE on the valid split"
     assert result["selection"]["rows"] == report["molecules"]["valid"]
     assert result["members"]["finetune"]["seeds"] == [0, 1]
+    # each seed chose its step on valid and was refitted on train + valid for that many steps: the
+    # member ships the refits, and the choice read the validated runs' valid predictions
+    sweep = json.loads((tmp_path / "ft" / "finetune" / "sweep.json").read_text())["rows"][0]
+    assert result["members"]["finetune"]["steps"] == [run["refit_step"] for run in sweep["runs"]]
+    assert all(Path(run["run_dir"]).name == f"seed-{run['seed']}-refit" for run in sweep["runs"])
     members, weights = load_members(tmp_path / "ft" / "members" / "finetune")
     assert len(members) == 2 and weights == pytest.approx([0.5, 0.5])
+    refit_weights = [read_weights(Path(run["export"]) / MODEL_FILE) for run in sweep["runs"]]
+    shipped = [read_weights(tmp_path / "ft" / "members" / "finetune" / f"finetune-seed-{seed}" / MODEL_FILE) for seed in (0, 1)]
+    assert all(torch.equal(a[k], b[k]) for a, b in zip(refit_weights, shipped) for k in a)
     chosen, _ = load_members(tmp_path / "ft" / "export")
     assert len(chosen) == {"ecfp": 1, "finetune": 2, "mean": 3}[result["selection"]["chosen"]]
 

@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--override", action="append", default=[], metavar="ARM:key=value", help="an override for one arm only")
     parser.add_argument("--init-from", default=None,
                         help="the pretrained export the fine-tuned arms start from and the kernel arm reads (default: the finetune config's init_from)")
-    parser.add_argument("--graph-features", default=None, help="the features arm's `gtscale shard --graph-features` value (default morgan2048,rdkit2d)")
+    parser.add_argument("--graph-features", default=None, help="the features arm's `gtscale shard --graph-features` value (default morgan2048)")
     parser.add_argument("--ensemble-of", default=None, choices=list(ARMS), help="the arm whose seeds the ensemble averages (default: the last trained arm)")
     parser.add_argument("--shard-args", default="", help="extra `gtscale shard` options for every set, one string (e.g. \"--lap-k 0\")")
     parser.add_argument("--nproc", type=int, default=1, help="processes per training run (torchrun); default 1")

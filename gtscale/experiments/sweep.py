@@ -20,6 +20,8 @@ train ∪ valid: each seed's run picks its step (its best-validation checkpoint)
 <run_dir>/seed-S-refit trains the same config on data.train_split + data.eval_split ("train+valid")
 for exactly that many steps (max_steps; schedule.total_steps unchanged, so its learning rate follows
 the same curve); the refit's last checkpoint is the seed's model, scored and exported like any.
+Each run's `validated` holds the seed's validated run scored on the same split, for comparison and
+for choosing among models on validation (`gtscale fit`), which the refit has trained on.
 """
 
 from __future__ import annotations
@@ -169,8 +171,9 @@ def run_sweep(config: str, overrides: list[str], seeds: list[int], nproc: int = 
             continue
         refit_dir = base / f"seed-{seed}-refit"
         train_seed(config, [*own, *refit_overrides(config, own, run_dir)], seed, refit_dir, nproc, collect)
-        validated = best_record(run_dir)
-        runs.append(seed_metrics(refit_dir, seed, split, "latest") | {"best_valid": validated.get("value"), "refit_of": str(run_dir), "refit_step": validated["step"]})
+        validated = seed_metrics(run_dir, seed, split)
+        runs.append(seed_metrics(refit_dir, seed, split, "latest")
+                    | {"best_valid": validated["best_valid"], "refit_step": best_record(run_dir)["step"], "validated": validated})
     row = {"label": label or Path(config).stem, "config": config, "overrides": overrides, "split": split, "runs": runs, "summary": summarize(runs)}
     if refit:
         row["refit"] = True
@@ -209,6 +212,11 @@ def ensemble_row(row: dict) -> dict | None:
     metrics = with_cliff_rmse(evaluate(y_pred, y_true, cfg.task), cfg.data.shards, row["split"], idx, y_pred, y_true)
     ensemble = {"seed": "ensemble", "seeds": [r["seed"] for r in runs], "tags": [r["tag"] for r in runs], "metrics": metrics}
     return {"label": f"{row['label']}, ensemble of {len(runs)}", "split": row["split"], "ensemble_of": row["label"], "runs": [ensemble], "summary": summarize([ensemble])}
+
+
+def validated_row(row: dict) -> dict:
+    """A refitted sweep row (run_sweep's `refit`) as the row of its validated runs."""
+    return row | {"runs": [run["validated"] for run in row["runs"]]}
 
 
 def ensemble_prediction(row: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

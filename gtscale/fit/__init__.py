@@ -15,14 +15,15 @@ reads, in one command.
    Platt's sigmoid fitted on the same folds' out-of-fold decision values (ecfp.calibrate), so that
    they predict probabilities. `finetune` = the backbone fine-tuned by the shipped recipe
    (configs/tasks/FINETUNE_CONFIG; a classification's with loss bce), one run per seed on shards of
-   the table (DIR/shards, reused by a rerun), each at its best-validation checkpoint: one head of
-   every target column, whose loss counts the labelled cells alone.
+   the table (DIR/shards, reused by a rerun), each choosing its step by the best validation score
+   and then refitted, like the SVRs, on train ∪ valid for that many steps (`gtscale sweep --refit`):
+   one head of every target column, whose loss counts the labelled cells alone.
 3. Per target, the model is chosen among each member alone and the members' mean, never on test:
    by the out-of-fold predictions over train ∪ valid when every member is an SVR (SVC), else on the
-   valid split (which the fine-tuned seeds did not train on); a regression by RMSE, a classification
-   by ROC-AUC (what chose each SVC's C), ties broken by the lower log loss (only a tie-break: it
-   flatters the SVCs, whose sigmoid was fitted on those same out-of-fold values, while ROC-AUC does
-   not move under the sigmoid). Per target, not overall: targets differ in how many molecules
+   valid split, read from the fine-tuned seeds before their refit (they had not trained on it); a
+   regression by RMSE, a classification by ROC-AUC (what chose each SVC's C), ties broken by the
+   lower log loss (only a tie-break: it flatters the SVCs, whose sigmoid was fitted on those same
+   out-of-fold values, while ROC-AUC does not move under the sigmoid). Per target, not overall: targets differ in how many molecules
    label them and in what predicts them, and every member predicts every target, so each column
    takes its own best at no cost. It is written as DIR/export (fit/exports.py), which `gtscale
    predict DIR/export` reads: the chosen members as an ensemble export, or for several targets the
@@ -250,18 +251,19 @@ def finetune_member(table: MoleculeTable, shards: Path, runs: Path, init_from: s
     of `table`, one run per seed (`gtscale sweep`, in `runs`), each at its best-validation
     checkpoint: one head of every target column, its loss over the labelled cells alone
     (train/tasks.task_loss); the valid rows it scored; the seeds' mean output there [n, T])."""
-    from gtscale.experiments.sweep import ensemble_prediction, read_rows, run_sweep
+    from gtscale.experiments.sweep import ensemble_prediction, read_rows, run_sweep, validated_row
     from gtscale.models.pretrained import export_path
 
     shard_molecules(table, shards, progress)
     config = Path(__file__).resolve().parent.parent / "configs" / "tasks" / FINETUNE_CONFIG
     run_overrides = [f"data.shards={shards}", f"run_dir={runs}", f"init_from={export_path(init_from)}", *overrides]
-    base = run_sweep(str(config), run_overrides, seeds, 1, "valid", "finetune")
+    base = run_sweep(str(config), run_overrides, seeds, 1, "valid", "finetune", refit=True)
     row = read_rows(base)[0]
-    idx, mean, _ = ensemble_prediction(row)
+    idx, mean, _ = ensemble_prediction(validated_row(row))  # the refits trained on valid: the choice reads the validated runs
     writers = {f"finetune-seed-{run['seed']}": lambda folder, source=Path(run["export"]): copy_export(source, folder) for run in row["runs"]}
     chosen = {"config": FINETUNE_CONFIG, "overrides": overrides, "seeds": seeds, "init_from": str(init_from),
-              "best_valid": [run["best_valid"] for run in row["runs"]], "steps": [int(run["tag"].rsplit("-", 1)[-1]) for run in row["runs"]]}
+              "best_valid": [run["best_valid"] for run in row["runs"]], "steps": [run["refit_step"] for run in row["runs"]],
+              "refit": "train + valid"}
     member = FittedMember("finetune", writers, [1.0] * len(writers), np.empty(0), chosen, all_targets=True)
     return member, idx, mean
 

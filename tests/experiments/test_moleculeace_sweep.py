@@ -98,7 +98,8 @@ def test_a_refit_trains_on_train_and_valid_for_the_step_chosen_on_valid(ace_shar
     validated, refit = tmp_path / "egt" / "seed-0", tmp_path / "egt" / "seed-0-refit"
     valid = {step: r["rmse"] for step, r in logged_rows(validated, "valid").items()}
     best = min(valid, key=valid.get)
-    assert row["refit"] is True and run["run_dir"] == str(refit) and run["refit_of"] == str(validated)
+    assert row["refit"] is True and run["run_dir"] == str(refit) and run["validated"]["run_dir"] == str(validated)
+    assert run["validated"]["tag"] == f"step-{best:08d}" and run["validated"]["metrics"]["rmse"] != run["metrics"]["rmse"]
     assert run["refit_step"] == best and run["best_valid"] == valid[best]
     resolved = yaml.safe_load((refit / "config.resolved.yaml").read_text())
     assert resolved["data"]["train_split"] == "train+valid" and resolved["max_steps"] == best and resolved["schedule"]["total_steps"] == 5

@@ -176,7 +176,7 @@ def test_the_features_arm_passes_its_shard_option_and_overrides_reach_their_arms
     assert arms["finetune-features"][0].shard_args == ("--graph-features", "morgan2048")
     assert arms["finetune"][0].shard_args == () and arms["finetune"][1] == ["seed=0", "init_from=pre.pt"]
     assert arms["scratch"][1] == ["seed=0", "optimizer.lr=0.01"]  # init_from only for the fine-tuned arms
-    assert trained()["finetune-features"][0].shard_args == ("--graph-features", "morgan2048,rdkit2d")
+    assert trained()["finetune-features"][0].shard_args == ("--graph-features", "morgan2048")
     assert list(trained(arms=["ecfp", "finetune"])) == ["finetune"]
 
 
