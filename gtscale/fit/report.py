@@ -123,7 +123,7 @@ def roc_panel(ax, y: np.ndarray, predictions: dict[str, np.ndarray], labels: dic
 
 def model_labels(task: str) -> dict[str, str]:
     svm = "SVC" if task == "classification" else "SVR"
-    return {"ecfp": f"ECFP4 + {svm} (baseline)", "kernel": f"ECFP4 + backbone kernel {svm}", "finetune": "fine-tuned backbone (mean of seeds)",
+    return {"ecfp": f"ECFP4 + {svm} (baseline)", "kernel": f"ECFP4 + backbone kernel {svm}", "finetune": "fine-tuned backbone (mean of seeds, refitted on train + valid)",
             CHOSEN: "chosen model (export/)"}
 
 
