@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+import yaml
 
 from gtscale.cli import main
 from gtscale.errors import UserError
@@ -137,8 +138,10 @@ def test_the_finetune_recipe_adds_fine_tuned_seeds_chosen_on_the_valid_split(mol
     from gtscale.members import load_members
 
     steps = ["schedule.total_steps=6", "schedule.warmup_steps=1", "eval.every=3", "eval.patience=0", "checkpoint.every=3",
-             "data.loader.batch_size=16", "logging.progress=false"]
+             "data.loader.batch_size=16"]
     report = fit([molecules_csv], tmp_path / "ft", recipe="finetune", seeds=(0, 1), finetune_overrides=steps, progress=False)
+    for run in ("seed-0", "seed-0-refit", "seed-1", "seed-1-refit"):  # no progress: not the training runs' bars either
+        assert yaml.safe_load((tmp_path / "ft" / "finetune" / run / "config.resolved.yaml").read_text())["logging"]["progress"] is False
     result = report["targets"]["y"]
     assert set(result["test"]) == {"ecfp", "finetune", "chosen"}
     assert result["selection"]["rule"] == "lowest RMSE on the valid split"

@@ -256,7 +256,8 @@ def finetune_member(table: MoleculeTable, shards: Path, runs: Path, init_from: s
 
     shard_molecules(table, shards, progress)
     config = Path(__file__).resolve().parent.parent / "configs" / "tasks" / FINETUNE_CONFIG
-    run_overrides = [f"data.shards={shards}", f"run_dir={runs}", f"init_from={export_path(init_from)}", *overrides]
+    quiet = [] if progress else ["logging.progress=false"]  # --no-progress reaches the training runs' bars too
+    run_overrides = [f"data.shards={shards}", f"run_dir={runs}", f"init_from={export_path(init_from)}", *quiet, *overrides]
     base = run_sweep(str(config), run_overrides, seeds, 1, "valid", "finetune", refit=True)
     row = read_rows(base)[0]
     idx, mean, _ = ensemble_prediction(validated_row(row))  # the refits trained on valid: the choice reads the validated runs
