@@ -134,15 +134,20 @@ def best_record(run_dir: Path) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def refit_overrides(config: str, overrides: list[str], validated: Path) -> list[str]:
-    """What turns a seed's run into its refit: train on its train and eval splits together for the
-    step its best-validation checkpoint was taken at, evaluating only at the end."""
-    from gtscale.format.manifest import SPLIT_UNION
-    from gtscale.train.preflight import load_train_config
-
+def best_step(validated: Path) -> int:
+    """The step of a run's best-validation checkpoint: how long its refit trains."""
     step = best_record(validated).get("step")
     if not isinstance(step, int) or step < 1:
         raise UserError(f"--refit: {validated} has no best-validation step (best.json); the refit trains for that many steps")
+    return step
+
+
+def refit_overrides(config: str, overrides: list[str], step: int) -> list[str]:
+    """What turns a seed's run into its refit: train on its train and eval splits together for
+    `step` steps, evaluating only at the end."""
+    from gtscale.format.manifest import SPLIT_UNION
+    from gtscale.train.preflight import load_train_config
+
     data = load_train_config(config, overrides).data
     return [f"data.train_split={data.train_split}{SPLIT_UNION}{data.eval_split}", f"max_steps={step}", "eval.every=0", "eval.patience=0"]
 
@@ -169,11 +174,10 @@ def run_sweep(config: str, overrides: list[str], seeds: list[int], nproc: int = 
         if not refit:
             runs.append(seed_metrics(run_dir, seed, split))
             continue
-        refit_dir = base / f"seed-{seed}-refit"
-        train_seed(config, [*own, *refit_overrides(config, own, run_dir)], seed, refit_dir, nproc, collect)
+        refit_dir, step = base / f"seed-{seed}-refit", best_step(run_dir)
+        train_seed(config, [*own, *refit_overrides(config, own, step)], seed, refit_dir, nproc, collect)
         validated = seed_metrics(run_dir, seed, split)
-        runs.append(seed_metrics(refit_dir, seed, split, "latest")
-                    | {"best_valid": validated["best_valid"], "refit_step": best_record(run_dir)["step"], "validated": validated})
+        runs.append(seed_metrics(refit_dir, seed, split, "latest") | {"best_valid": validated["best_valid"], "refit_step": step, "validated": validated})
     row = {"label": label or Path(config).stem, "config": config, "overrides": overrides, "split": split, "runs": runs, "summary": summarize(runs)}
     if refit:
         row["refit"] = True
