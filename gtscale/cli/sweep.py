@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from gtscale.errors import UserError
-from gtscale.experiments.sweep import SWEEP_FILE, TABLE_FILE, compare_table, run_sweep
+from gtscale.experiments.sweep import SWEEP_FILE, TABLE_FILE, best_step, compare_table, refit_overrides, run_sweep
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", nargs="?", help="training YAML (omit with --compare)")
@@ -21,6 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="after choosing each seed's step on validation, train again on train+valid for that many steps; score that model")
     parser.add_argument("--collect", action="store_true", help="do not train: evaluate and aggregate the seed runs already there")
     parser.add_argument("--print-run-dir", action="store_true", help="print the sweep's folder (the config's run_dir; seeds go to seed-S in it) and exit (slurm/sweep.sbatch)")
+    parser.add_argument("--print-refit-overrides", action="store_true",
+                        help="print the overrides that make the one seed's trained run its refit (one per line) and exit (slurm/sweep.sbatch)")
     parser.add_argument("--compare", nargs="+", metavar="SWEEP_DIR", help="one table from existing sweep folders (each with sweep.json)")
     parser.add_argument("--out", default=None, help="--compare: also write the table to this Markdown file")
 
@@ -40,6 +42,16 @@ def split_seeds(values: list[str], overrides: list[str]) -> tuple[list[int], lis
     return seeds, overrides
 
 
+def seed_refit_overrides(config: str, overrides: list[str], seeds: list[int]) -> list[str]:
+    """The refit's overrides of one seed whose validated run has trained (its step read from best.json)."""
+    if len(seeds) != 1:
+        raise UserError(f"--print-refit-overrides: give one seed, got {seeds}")
+    from gtscale.train.preflight import load_train_config
+
+    validated = Path(load_train_config(config, overrides).run_dir) / f"seed-{seeds[0]}"
+    return refit_overrides(config, overrides, best_step(validated))
+
+
 def run(args: argparse.Namespace) -> int:
     if args.compare:
         print(compare_table([Path(folder) for folder in args.compare], Path(args.out) if args.out else None), end="")
@@ -51,6 +63,9 @@ def run(args: argparse.Namespace) -> int:
         from gtscale.train.preflight import load_train_config
 
         print(load_train_config(args.config, overrides).run_dir)
+        return 0
+    if args.print_refit_overrides:
+        print("\n".join(seed_refit_overrides(args.config, overrides, seeds)))
         return 0
     base = run_sweep(args.config, overrides, seeds, args.nproc, args.split, args.label, args.collect, refit=args.refit)
     print((base / TABLE_FILE).read_text(), end="")
