@@ -51,7 +51,7 @@ from gtscale.loader.collate import collate, record_keys
 from gtscale.loader.config import LoaderConfig, SeedPurpose, derive_seed
 from gtscale.loader.filler import filler_record
 from gtscale.loader.slots import ShardStream, identity, ignore_stop_signals, Item
-from gtscale.loader.workers import worker_context
+from gtscale.loader.workers import end_workers, worker_context
 
 log = logging.getLogger(__name__)
 
@@ -148,22 +148,25 @@ class StreamLoader:
         at_start = self._batches == 0 and not any(self._consumed)
         prepared, self._prepared = self._prepared, None
         items = prepared[1] if prepared is not None and prepared[0] == self.epoch and at_start else self._items()
-        for item in items:
-            self._consumed[item.worker] += 1
-            self._next_worker = (item.worker + 1) % workers
-            for message, lost in item.skipped:
-                self.skipped["events"] += 1
-                self.skipped["samples"] += lost
-                log.warning("skipped (on_error: skip), %d sample(s) lost: %s", lost, message)
-            if item.error is not None:
-                raise item.error
-            if item.batch is not None:
-                self._batches += 1
-                if self.train and self.config.num_workers and self._batches == self._stream.epoch_batches - _NEXT_EPOCH_LOOKAHEAD:
-                    # Start the next epoch's workers now: their start and shuffle-buffer fill overlap
-                    # the last batches of this epoch instead of stalling training at the boundary.
-                    self._prepared = (self.epoch + 1, self._items(epoch=self.epoch + 1))
-                yield item.batch
+        try:
+            for item in items:
+                self._consumed[item.worker] += 1
+                self._next_worker = (item.worker + 1) % workers
+                for message, lost in item.skipped:
+                    self.skipped["events"] += 1
+                    self.skipped["samples"] += lost
+                    log.warning("skipped (on_error: skip), %d sample(s) lost: %s", lost, message)
+                if item.error is not None:
+                    raise item.error
+                if item.batch is not None:
+                    self._batches += 1
+                    if self.train and self.config.num_workers and self._batches == self._stream.epoch_batches - _NEXT_EPOCH_LOOKAHEAD:
+                        # Start the next epoch's workers now: their start and shuffle-buffer fill overlap
+                        # the last batches of this epoch instead of stalling training at the boundary.
+                        self._prepared = (self.epoch + 1, self._items(epoch=self.epoch + 1))
+                    yield item.batch
+        finally:
+            end_workers(items)  # now, not when collected: also after an error, or when the consumer stops early
         self.set_epoch(self.epoch + 1)
 
     # --- resume -----------------------------------------------------------------------------------
@@ -198,7 +201,9 @@ class StreamLoader:
         for key, value in current.items():
             if saved.get(key) != value:
                 raise UserError(f"loader state: written with {key}={saved.get(key)!r}, this run has {value!r}; an exact resume needs the same")
-        self._prepared = None
+        if self._prepared is not None:
+            end_workers(self._prepared[1])
+            self._prepared = None
         self.epoch = int(state["epoch"])
         self._consumed = [int(c) for c in state["consumed"]]
         self._next_worker = int(state["next_worker"])

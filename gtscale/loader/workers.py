@@ -49,3 +49,16 @@ def worker_context(start_method: str | None) -> BaseContext | None:
     if start_method == "forkserver":
         start_fork_server()
     return multiprocessing.get_context(start_method)
+
+
+def end_workers(items) -> None:
+    """End a DataLoader iterator's workers now (a no-op for one without workers, or already ended).
+
+    Left to the iterator's `__del__` after a loader error (the error's traceback holds the
+    iterator until it is dropped), torch's shutdown was seen to wait out its 5 s join for each
+    worker, whose stop message never arrived, and then kill it: 10 s for two workers. Ended here,
+    where the epoch ends, the workers take their stop message and exit at once. torch has no public
+    close for an iterator; `_shutdown_workers` is what its own `__del__` and end of data call."""
+    shutdown = getattr(items, "_shutdown_workers", None)
+    if shutdown is not None:
+        shutdown()

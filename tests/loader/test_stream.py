@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import multiprocessing
 from dataclasses import fields, replace
 
 import numpy as np
@@ -186,6 +187,28 @@ def test_a_truncated_shard_is_named_with_its_sample(nci_shards_copy):
     with pytest.raises(ShardError, match=r"^valid/valid-000000.tar: \d+ bytes, the manifest says"):
         list(verified)
 
+
+
+def _live_workers() -> list:
+    return [p for p in multiprocessing.active_children() if p.name.startswith("ForkServerProcess")]
+
+
+def test_a_loader_error_ends_its_workers_before_it_reaches_the_caller(nci_shards_copy):
+    """The error's traceback holds the epoch's DataLoader iterator for as long as the caller keeps
+    it: the workers must not wait for that (torch's own shutdown, when the iterator is finally
+    dropped, waited 5 s a worker and then killed them)."""
+    shard = nci_shards_copy / "valid" / "valid-000000.tar"
+    shard.write_bytes(shard.read_bytes()[:40000])
+    loader = build_loader(nci_shards_copy, "valid", replace(CONFIG, verify_checksums=False), train=False, rank=0, world_size=1)
+    assert CONFIG.num_workers == 2 and not _live_workers()
+    with pytest.raises(ShardError) as caught:
+        list(loader)
+    assert caught.value is not None and not _live_workers()  # the traceback is still held here
+    stopped = iter(build_loader(nci_shards_copy, "train", CONFIG, train=False, rank=0, world_size=1))
+    next(stopped)
+    assert len(_live_workers()) == 2
+    stopped.close()  # a consumer that ends the epoch early
+    assert not _live_workers()
 
 def test_a_key_the_model_needs_but_the_shards_lack_is_named_with_its_producer(tmp_path):
     no_lap = replace(OPTIONS, lap_k=0)
