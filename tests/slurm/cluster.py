@@ -9,6 +9,7 @@ neither joins nor stops a cluster someone else started with launch/slurm-local. 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import platform
 import random
@@ -116,3 +117,18 @@ def wait_for(env: dict, job_ids: list[str], timeout: float) -> bool:
             return True
         time.sleep(1)
     return False
+
+
+def only_job(env: dict, job_id: str) -> dict[str, str]:
+    """`scontrol show job` of a job (or a one-task array) that must be one record."""
+    jobs = scontrol_jobs(env, job_id)
+    assert len(jobs) == 1, jobs
+    return jobs[0]
+
+
+def train_steps(run_dir: Path) -> list[int]:
+    """Every train row's step in RUN_DIR/metrics.jsonl, in file order (a resume that redid steps
+    would repeat some)."""
+    path = run_dir / "metrics.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+    return [row["step"] for row in rows if row["split"] == "train"]

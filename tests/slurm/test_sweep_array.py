@@ -10,12 +10,11 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import yaml
 
-from cluster import REPO, sbatch, scontrol_jobs, tail, venv_export, wait_for
+from cluster import REPO, only_job, sbatch, tail, train_steps, venv_export, wait_for
 
 sys.path.insert(0, str(REPO / "tests" / "train"))
 from launcher import free_port, write_config  # noqa: E402
@@ -25,12 +24,6 @@ SIGNAL_AFTER = 5  # logged steps of the validated run before the signal
 WAIT_S = 300
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
-
-
-def _train_steps(run_dir: Path) -> list[int]:
-    path = run_dir / "metrics.jsonl"
-    rows = [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
-    return [row["step"] for row in rows if row["split"] == "train"]
 
 
 def test_a_preempted_task_resumes_its_validated_run_then_refits(cluster, tpsa_shards, tmp_path):
@@ -47,16 +40,14 @@ def test_a_preempted_task_resumes_its_validated_run_then_refits(cluster, tpsa_sh
         return "\n".join(tail(p, 40) for p in files)
 
     def task() -> dict[str, str]:
-        tasks = scontrol_jobs(env, job)
-        assert len(tasks) == 1, tasks
-        return tasks[0]
+        return only_job(env, job)
 
     deadline = time.monotonic() + WAIT_S
     job = sbatch(env, "--array=0", "--nodes=1", "--ntasks-per-node=1", "--cpus-per-task=1", f"--export={export}",
                  f"--chdir={logs}", f"--output={logs}/sweep-%A_%a.out", str(REPO / "slurm" / "sweep.sbatch"), str(config))
 
     # 1. Preempt the validated run: it checkpoints, the task is requeued, no refit has started.
-    while len(_train_steps(validated)) < SIGNAL_AFTER:
+    while len(train_steps(validated)) < SIGNAL_AFTER:
         assert task()["JobState"] in ("PENDING", "CONFIGURING", "RUNNING"), diagnostics()
         assert time.monotonic() < deadline, f"no {SIGNAL_AFTER} steps logged after {WAIT_S} s\n{diagnostics()}"
         time.sleep(0.1)
@@ -65,7 +56,7 @@ def test_a_preempted_task_resumes_its_validated_run_then_refits(cluster, tpsa_sh
     while not (task()["JobState"] == "PENDING" and task()["Restarts"] == "1"):
         assert time.monotonic() < deadline, f"task not requeued\n{diagnostics()}"
         time.sleep(0.2)
-    stopped_at = _train_steps(validated)[-1]
+    stopped_at = train_steps(validated)[-1]
     assert stopped_at < TOTAL_STEPS and not refit.exists(), diagnostics()
     time.sleep(2)  # as in test_train_multinode: release the requeued task sooner than SLURM's ~2 minutes
     released = subprocess.run(["scontrol", "update", f"JobId={task()['JobId']}", "StartTime=now"], env=env,
@@ -76,9 +67,9 @@ def test_a_preempted_task_resumes_its_validated_run_then_refits(cluster, tpsa_sh
     assert wait_for(env, [job], max(1.0, deadline - time.monotonic())), f"task {job} not done after {WAIT_S} s\n{diagnostics()}"
     info = task()
     assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", f"{info}\n{diagnostics()}"
-    assert _train_steps(validated) == list(range(1, TOTAL_STEPS + 1)), diagnostics()
+    assert train_steps(validated) == list(range(1, TOTAL_STEPS + 1)), diagnostics()
     best = json.loads((validated / "best.json").read_text())["step"]
-    assert _train_steps(refit) == list(range(1, best + 1)), diagnostics()
+    assert train_steps(refit) == list(range(1, best + 1)), diagnostics()
     resolved = yaml.safe_load((refit / "config.resolved.yaml").read_text())
     assert resolved["data"]["train_split"] == "train+valid" and resolved["max_steps"] == best and resolved["seed"] == 1
     assert resolved["schedule"]["total_steps"] == TOTAL_STEPS  # the validated run's learning-rate curve

@@ -9,17 +9,15 @@ must equal those of an uninterrupted run of the same config (two local processes
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from cluster import REPO, sbatch, scontrol_jobs, tail, venv_export, wait_for
+from cluster import REPO, only_job, sbatch, tail, train_steps, venv_export, wait_for
 
 sys.path.insert(0, str(REPO / "tests" / "train"))
 from launcher import free_port, logs, metrics, run_ranks, write_config  # noqa: E402
@@ -31,19 +29,6 @@ WAIT_S = 240  # from submission to the requeued job's end
 # One xdist worker runs every SLURM test: each module's private cluster numbers its jobs from 1,
 # and test_slurm_local finds a job's processes by SLURM_JOB_ID.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
-
-
-def _job(env: dict, job_id: str) -> dict[str, str]:
-    jobs = scontrol_jobs(env, job_id)
-    assert len(jobs) == 1, jobs
-    return jobs[0]
-
-
-def _train_steps(run_dir: Path) -> list[int]:
-    """Every train row's step, in file order (a resume that redid steps would repeat some)."""
-    path = run_dir / "metrics.jsonl"
-    rows = [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
-    return [row["step"] for row in rows if row["split"] == "train"]
 
 
 def test_usr1_checkpoints_requeues_and_resumes_exactly(cluster, tpsa_shards, tmp_path):
@@ -69,10 +54,10 @@ def test_usr1_checkpoints_requeues_and_resumes_exactly(cluster, tpsa_shards, tmp
 
     # 1. Training runs on both nodes: wait for some logged steps, then the preemption warning.
     polls = 0
-    while len(_train_steps(run_dir)) < SIGNAL_AFTER:
+    while len(train_steps(run_dir)) < SIGNAL_AFTER:
         polls += 1
         if polls % 20 == 0:  # about once a second: has the job died?
-            assert _job(env, job)["JobState"] in ("PENDING", "CONFIGURING", "RUNNING"), diagnostics()
+            assert only_job(env, job)["JobState"] in ("PENDING", "CONFIGURING", "RUNNING"), diagnostics()
         assert time.monotonic() < deadline, f"no {SIGNAL_AFTER} steps logged after {WAIT_S} s\n{diagnostics()}"
         time.sleep(0.05)
     t_signal = time.monotonic()
@@ -81,14 +66,14 @@ def test_usr1_checkpoints_requeues_and_resumes_exactly(cluster, tpsa_shards, tmp
 
     # 2. Both ranks checkpoint and exit 75; the batch script requeues: the job is pending again.
     while True:
-        info = _job(env, job)
+        info = only_job(env, job)
         if info["JobState"] == "PENDING" and info["Restarts"] == "1":
             break
         assert info["JobState"] in ("RUNNING", "COMPLETING", "REQUEUED", "PENDING"), f"{info}\n{diagnostics()}"
         assert time.monotonic() < deadline, f"job not requeued: {info}\n{diagnostics()}"
         time.sleep(0.2)
     t_requeued = time.monotonic()
-    first_run = _train_steps(run_dir)
+    first_run = train_steps(run_dir)
     stopped = re.search(r"step (\d+): stop requested by signal", out.read_text())
     assert stopped, diagnostics()
     stop_step = int(stopped.group(1))
@@ -104,7 +89,7 @@ def test_usr1_checkpoints_requeues_and_resumes_exactly(cluster, tpsa_shards, tmp
     # 3. The second start resumes from that checkpoint and finishes the schedule.
     assert wait_for(env, [job], max(1.0, deadline - time.monotonic())), f"job {job} not done after {WAIT_S} s\n{diagnostics()}"
     t_done = time.monotonic()
-    info = _job(env, job)
+    info = only_job(env, job)
     text = out.read_text()
     assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0" and info["Restarts"] == "1", f"{info}\n{diagnostics()}"
     assert info["NodeList"] == "node[1-2]", info
@@ -115,7 +100,7 @@ def test_usr1_checkpoints_requeues_and_resumes_exactly(cluster, tpsa_shards, tmp
     assert len(placements) == 4, text
     for start in (placements[:2], placements[2:]):
         assert sorted(start) == [("0", "node1"), ("1", "node2")], placements
-    assert _train_steps(run_dir) == list(range(1, TOTAL_STEPS + 1))  # resumed after stop_step: nothing redone, nothing skipped
+    assert train_steps(run_dir) == list(range(1, TOTAL_STEPS + 1))  # resumed after stop_step: nothing redone, nothing skipped
 
     # 4. The same losses as an uninterrupted run, step for step (two local processes, no SLURM).
     reference = write_config(tmp_path / "ref.yaml", tpsa_shards, tmp_path / "ref", **sections)
