@@ -9,22 +9,30 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from built_once import built_once  # noqa: E402
 from shard_fixtures import SHARD_SIZES, nci_records, write_dataset  # noqa: E402
+from xdist_groups import pytest_itemcollected  # noqa: E402, F401  (a hook: pytest finds it here)
 
-#: The modules with the longest tests (see `./launch/test`'s slowest durations), run first: xdist
-#: hands tests out in collection order, and a long test started last leaves the other worker idle
-#: at the end. Sorting whole modules keeps each module's tests together (its fixtures set up once).
+#: The modules with the longest tests or groups (see `./launch/test`'s slowest durations), run
+#: first: xdist hands work out in collection order, and a long unit started last leaves the other
+#: worker idle at the end.
 LONGEST_FIRST = (
-    "train/test_compiled_training.py", "test_quickstart.py", "train/test_gpu_check.py", "models/test_cli.py",
-    "train/test_trainer.py", "models/test_compiled.py", "slurm/test_train_multinode.py", "train/test_export_finetune.py",
-    "train/test_local_launch.py", "experiments/test_kernel_svr.py", "experiments/test_moleculeace_table.py",
+    "train/test_compiled_training.py", "models/test_cli.py", "train/test_trainer.py", "test_fit.py", "test_bad_inputs.py",
+    "prep/test_sharding.py", "experiments/test_moleculeace_table.py", "train/test_fanout_node_task.py", "test_quickstart.py",
+    "train/test_gpu_check.py", "prep/test_fast_descriptors.py", "graphs/test_graph_sampling_bench.py", "train/test_local_launch.py",
+    "train/test_predict.py", "train/test_checkpoint_safety.py", "experiments/test_moleculeace_sweep.py", "train/test_resolve.py",
+    "models/test_compiled.py", "slurm/test_train_multinode.py", "train/test_export_finetune.py", "experiments/test_kernel_svr.py",
 )
 
 
-# The tests whose cost is inductor's C++ builds carry `xdist_group("inductor")`: one worker runs
-# them one after another, since two cold compiles side by side on 2 cores took twice as long each
-# (test_compiled_training 224 s beside another, 116 s alone), while the other worker runs the tests
-# that wait on child processes. Like the SLURM group, a group is one unit of `--dist loadgroup`.
+# Units of `--dist loadgroup`, each run by one worker, one test after another:
+# - `xdist_group("inductor")`: the tests whose cost is inductor's C++ builds, since two cold
+#   compiles side by side on 2 cores took twice as long each (test_compiled_training 224 s beside
+#   another, 116 s alone), while the other worker runs the tests that wait on child processes;
+# - `xdist_group("slurm")`: the tests that start a local SLURM cluster;
+# - the tests of a module that share a module-scoped fixture (xdist_groups.py).
+# Session fixtures that several modules use are built once per run by whichever worker asks first
+# (built_once.py).
 
 
 def pytest_collection_modifyitems(config, items):
@@ -42,7 +50,7 @@ def nci_by_idx() -> dict[int, dict]:
 @pytest.fixture(scope="session")
 def nci_shards(tmp_path_factory, nci_by_idx) -> Path:
     """A read-only manifest folder with uneven train/valid/test splits (tests must not modify it)."""
-    return write_dataset(tmp_path_factory.mktemp("nci_shards"), list(nci_by_idx.items()), SHARD_SIZES)
+    return built_once(tmp_path_factory, "nci_shards", lambda out: write_dataset(out, list(nci_by_idx.items()), SHARD_SIZES))
 
 
 @pytest.fixture
@@ -64,9 +72,10 @@ def tpsa_shards(tmp_path_factory) -> Path:
     (read-only for tests; the training, SLURM and bad-input tests all train on it: one sharding)."""
     from gtscale.cli import main
 
-    out = tmp_path_factory.mktemp("tpsa")
-    assert main(["shard", "nci-tpsa", "--out", str(out), "--shard-size", "2000", "--no-progress", "--lap-k", "0"]) == 0
-    return out
+    def shard(out):
+        assert main(["shard", "nci-tpsa", "--out", str(out), "--shard-size", "2000", "--no-progress", "--lap-k", "0"]) == 0
+
+    return built_once(tmp_path_factory, "tpsa", shard)
 
 
 @pytest.fixture(scope="session")
@@ -77,9 +86,11 @@ def ego_shards(tmp_path_factory) -> tuple[Path, Path]:
     from gtscale.graphs.store import build_store
     from gtscale.graphs.synthetic import synthetic_source
 
-    root = tmp_path_factory.mktemp("ego_shards")
-    build_store(synthetic_source(600, 3600, seed=3, anomaly_ratio=0.1), root / "store", feature_dtype="float16", progress=False)
-    code = main(["shard", "graph-ego", "--graph", str(root / "store"), "--out", str(root / "shards"), "--train-ratio", "0.4",
-                 "--shard-size", "40", "--fanouts", "5,3", "--max-nodes", "16", "--svd-rank", "4", "--no-progress"])
-    assert code == 0
+    def build(root):
+        build_store(synthetic_source(600, 3600, seed=3, anomaly_ratio=0.1), root / "store", feature_dtype="float16", progress=False)
+        code = main(["shard", "graph-ego", "--graph", str(root / "store"), "--out", str(root / "shards"), "--train-ratio", "0.4",
+                     "--shard-size", "40", "--fanouts", "5,3", "--max-nodes", "16", "--svd-rank", "4", "--no-progress"])
+        assert code == 0
+
+    root = built_once(tmp_path_factory, "ego_shards", build)
     return root / "store", root / "shards"
