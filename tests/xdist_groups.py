@@ -10,8 +10,8 @@ import pytest
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
-    # Here, not in pytest_collection_modifyitems: xdist reads the groups in its own
-    # pytest_collection_modifyitems, which runs before a conftest's.
+    # At collection, before any pytest_collection_modifyitems: pytest-xdist reads the groups in
+    # its own, and the order of that hook among plugins is not this file's to choose.
     info = getattr(item, "_fixtureinfo", None)
     if info is None or item.get_closest_marker("xdist_group"):
         return
