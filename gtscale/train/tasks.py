@@ -166,11 +166,20 @@ def _constant(values: tuple[float, ...], device: torch.device, dtype: torch.dtyp
     return torch.tensor(values, dtype=dtype, device=device)
 
 
-def multitarget_regression(y_pred: np.ndarray, y_true: np.ndarray) -> dict[str, float]:
-    """MAE and RMSE of each target over its labelled rows (scikit-learn), averaged over the targets
-    that have any label, so that a sparsely labelled target counts as much as a dense one."""
-    from sklearn.metrics import mean_absolute_error, root_mean_squared_error
+def mean_absolute_error(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    return float(np.mean(np.abs(y_pred - y_true)))
 
+
+def root_mean_squared_error(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(np.square(y_pred - y_true))))
+
+
+def multitarget_regression(y_pred: np.ndarray, y_true: np.ndarray) -> dict[str, float]:
+    """MAE and RMSE of each target over its labelled rows, averaged over the targets that have any
+    label, so that a sparsely labelled target counts as much as a dense one.
+
+    NumPy, not scikit-learn: every training rank scores every evaluation, and importing
+    sklearn.metrics (scipy with it) costs a rank about a CPU-second at start-up for two formulas."""
     maes, rmses = [], []
     for t in range(y_true.shape[1]):
         labelled = ~np.isnan(y_true[:, t])
@@ -199,12 +208,11 @@ def evaluate(y_pred: np.ndarray, y_true: np.ndarray, task: TaskConfig) -> dict[s
     """{metric: value} from OGB's evaluator on gathered predictions [n, T] and targets (NaN = unlabelled).
 
     pcqm4mv2 scores one target (preflight.check_task refuses more): OGB's PCQM4Mv2Evaluator gives the
-    MAE, scikit-learn the RMSE of the same labelled rows. An ogbg evaluator scores every column
+    MAE, root_mean_squared_error the RMSE of the same labelled rows. An ogbg evaluator scores every column
     (ogbg-molesol, -molfreesolv, -mollipo report rmse; ogbg-molhiv rocauc; ogbg-molpcba ap);
     regression and binary score any number of targets (multitarget_regression, multitarget_binary)."""
     if task.evaluator == "pcqm4mv2":
         from ogb.lsc import PCQM4Mv2Evaluator
-        from sklearn.metrics import root_mean_squared_error
 
         if y_true.shape[1] != 1:  # never silently score column 0 of several
             raise ValueError(f"the pcqm4mv2 evaluator scores one target, got {y_true.shape[1]}")
@@ -213,7 +221,7 @@ def evaluate(y_pred: np.ndarray, y_true: np.ndarray, task: TaskConfig) -> dict[s
             return {}
         pred, true = y_pred[labelled, 0], y_true[labelled, 0]
         result = PCQM4Mv2Evaluator().eval({"y_pred": torch.from_numpy(pred), "y_true": torch.from_numpy(true)})
-        return {"mae": float(result["mae"]), "rmse": float(root_mean_squared_error(true, pred))}
+        return {"mae": float(result["mae"]), "rmse": root_mean_squared_error(true, pred)}
     if task.evaluator == "regression":
         return multitarget_regression(y_pred, y_true)
     if task.evaluator == "binary":

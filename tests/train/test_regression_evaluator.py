@@ -1,5 +1,8 @@
 """evaluator: regression — any number of targets, each scored over its own labelled rows."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from sklearn.metrics import mean_absolute_error, root_mean_squared_error
@@ -26,3 +29,20 @@ def test_regression_fits_any_target_count_and_pcqm4mv2_only_one():
     check_task(TaskConfig(loss="mse", metric="mae", evaluator="regression"), num_targets=217)
     with pytest.raises(Exception, match="scores 1 target"):
         check_task(TaskConfig(loss="mse", metric="mae", evaluator="pcqm4mv2"), num_targets=217)
+
+
+def test_a_training_rank_scores_regression_without_importing_scikit_learn():
+    """Every rank scores every evaluation: the MAE and RMSE of the regression evaluators (pcqm4mv2's
+    RMSE too) must not cost it scikit-learn's import (about a CPU-second at start-up)."""
+    script = (
+        "import sys, numpy as np\n"
+        "from gtscale.train.config import TaskConfig\n"
+        "from gtscale.train.tasks import evaluate\n"
+        "y = np.arange(6, dtype=np.float64).reshape(6, 1)\n"
+        "for evaluator in ('pcqm4mv2', 'regression'):\n"
+        "    assert evaluate(y + 1, y, TaskConfig(loss='l1', metric='mae', evaluator=evaluator)) == {'mae': 1.0, 'rmse': 1.0}\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('sklearn', 'scipy')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
