@@ -9,6 +9,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+# Inductor compiles in a pool of one worker process per core, each starting by importing torch and
+# inductor; the suite already runs one test process per core, so in every compiling process (the
+# tests' own, the training runs they start) the pool only adds that start-up (about 12 CPU-s of
+# test_compiled_training's 130). One thread compiles in the process itself.
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+
 from built_once import built_once  # noqa: E402
 from shard_fixtures import SHARD_SIZES, nci_records, write_dataset  # noqa: E402
 from xdist_groups import pytest_itemcollected  # noqa: E402, F401  (a hook: pytest finds it here)
