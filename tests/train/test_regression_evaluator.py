@@ -33,7 +33,7 @@ def test_regression_fits_any_target_count_and_pcqm4mv2_only_one():
 
 def test_a_training_rank_scores_regression_without_importing_scikit_learn():
     """Every rank scores every evaluation: the MAE and RMSE of the regression evaluators (pcqm4mv2's
-    RMSE too) must not cost it scikit-learn's import (about a CPU-second at start-up)."""
+    RMSE too) must not cost it scikit-learn's import (about half a CPU-second)."""
     script = (
         "import sys, numpy as np\n"
         "from gtscale.train.config import TaskConfig\n"
