@@ -29,6 +29,9 @@ sys.path.insert(0, str(Path(__file__).parent / "train"))
 from launcher import logs, run_ranks, write_config  # noqa: E402
 
 TAGS = ["step-00000002", "step-00000004"]
+#: The shared run and the resumed ones: what is checked is how their files are read, where
+#: DataLoader workers play no part; a rank without them starts no fork server (about 1.5 CPU-s).
+NO_WORKERS = {"loader": {"num_workers": 0}}
 
 
 @dataclass
@@ -197,7 +200,8 @@ def run_with(change: Callable[[Path], object], *argv: str, resume: str | None = 
         change(run / "checkpoints")
         if resume is None:
             return ["export", str(run), *argv], run
-        cfg = write_config(tmp / "resume.yaml", inputs.shards, run, **({"schedule": {"total_steps": 4, "warmup_steps": 1}, "checkpoint": {"every": 2, "keep": 2}} | sections))
+        base = {"data": NO_WORKERS, "schedule": {"total_steps": 4, "warmup_steps": 1}, "checkpoint": {"every": 2, "keep": 2}}
+        cfg = write_config(tmp / "resume.yaml", inputs.shards, run, **(base | sections))
         return [str(cfg), "--resume", resume], run
     return prepare
 
@@ -682,7 +686,7 @@ def files(folder: Path) -> dict[str, str]:
 def inputs(tmp_path_factory, tpsa_shards) -> Inputs:
     root = tmp_path_factory.mktemp("bad_inputs")
     shards = tpsa_shards
-    cfg = write_config(root / "run.yaml", shards, root / "run", schedule={"total_steps": 4, "warmup_steps": 1}, checkpoint={"every": 2, "keep": 2})
+    cfg = write_config(root / "run.yaml", shards, root / "run", data=NO_WORKERS, schedule={"total_steps": 4, "warmup_steps": 1}, checkpoint={"every": 2, "keep": 2})
     assert run_ranks(1, [str(cfg)], root / "log") == [0], logs(root / "log")
     assert main(["export", str(root / "run"), "--tag", "latest", "--out", str(root / "export")]) == 0
     return Inputs(shards=shards, run=root / "run", export=root / "export")

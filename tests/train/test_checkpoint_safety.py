@@ -11,20 +11,23 @@ from launcher import logs, run_ranks, write_config
 pytestmark = pytest.mark.slow
 
 TAGS = ["step-00000002", "step-00000004", "step-00000006"]
+#: What is checked is how checkpoint files are read, where DataLoader workers play no part; a rank
+#: without them starts no fork server (about 1.5 CPU-s of imports).
+NO_WORKERS = {"loader": {"num_workers": 0}}
 
 
 @pytest.fixture(scope="module")
 def zero2_run(tpsa_shards, tmp_path_factory):
     """A 2-rank ZeRO-2 run with complete checkpoints at steps 2, 4 and 6 (tests copy it)."""
     root = tmp_path_factory.mktemp("zero2_run")
-    cfg = write_config(root / "run.yaml", tpsa_shards, root / "run", schedule={"total_steps": 6, "warmup_steps": 1}, checkpoint={"every": 2, "keep": 3})
+    cfg = write_config(root / "run.yaml", tpsa_shards, root / "run", data=NO_WORKERS, schedule={"total_steps": 6, "warmup_steps": 1}, checkpoint={"every": 2, "keep": 3})
     assert run_ranks(2, [str(cfg)], root / "log") == [0, 0], logs(root / "log")
     assert sorted(p.name for p in (root / "run" / "checkpoints").glob("step-*")) == TAGS
     return root / "run"
 
 
 def resume_config(run_dir, tpsa_shards, tmp_path):
-    return write_config(tmp_path / "resume.yaml", tpsa_shards, run_dir, schedule={"total_steps": 6, "warmup_steps": 1}, checkpoint={"every": 2, "keep": 3})
+    return write_config(tmp_path / "resume.yaml", tpsa_shards, run_dir, data=NO_WORKERS, schedule={"total_steps": 6, "warmup_steps": 1}, checkpoint={"every": 2, "keep": 3})
 
 
 def test_resume_auto_falls_back_past_crafted_and_corrupt_tags(zero2_run, tpsa_shards, tmp_path):

@@ -29,7 +29,9 @@ def test_export_then_finetune_on_a_classification_task(tpsa_shards, tmp_path):
     from gtscale.models import build_head, build_model
     from gtscale.train.task_model import GraphTaskModel
 
-    cfg = write_config(tmp_path / "pre.yaml", tpsa_shards, tmp_path / "pre", schedule={"total_steps": 6, "warmup_steps": 2}, deepspeed={"zero_stage": 3})
+    no_workers = {"loader": {"num_workers": 0}}  # no fork server per rank: workers play no part here
+    cfg = write_config(tmp_path / "pre.yaml", tpsa_shards, tmp_path / "pre", schedule={"total_steps": 6, "warmup_steps": 2}, deepspeed={"zero_stage": 3},
+                       data=no_workers)
     assert run_ranks(2, [str(cfg)], tmp_path / "log1") == [0, 0], logs(tmp_path / "log1")
     assert main(["export", str(tmp_path / "pre"), "--tag", "latest"]) == 0
     state = torch.load(tmp_path / "pre" / "export" / "model.pt", weights_only=True)
@@ -47,7 +49,7 @@ def test_export_then_finetune_on_a_classification_task(tpsa_shards, tmp_path):
     fine = write_config(
         tmp_path / "fine.yaml", pains, tmp_path / "fine", init_from=str(tmp_path / "pre" / "export" / "model.pt"),
         task={"loss": "bce", "metric": "rocauc", "evaluator": "ogbg-molhiv"}, schedule={"total_steps": 4, "warmup_steps": 1, "min_lr": 0.0},
-        optimizer={"lr": 0.0}, eval={"every": 4},
+        optimizer={"lr": 0.0}, eval={"every": 4}, data=no_workers,
     )
     assert run_ranks(2, [str(fine)], tmp_path / "log2") == [0, 0], logs(tmp_path / "log2")
     assert main(["export", str(tmp_path / "fine"), "--tag", "latest"]) == 0

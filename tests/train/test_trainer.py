@@ -13,6 +13,10 @@ from launcher import logs, metrics, run_ranks, start_ranks, wait_all, write_conf
 
 pytestmark = pytest.mark.slow
 
+#: For the runs whose checks do not involve DataLoader workers: a rank without workers starts no
+#: fork server (loader/workers.py), about 1.5 CPU-s of imports per rank.
+NO_WORKERS = {"loader": {"num_workers": 0}}
+
 
 def _children(pid: int) -> list[int]:
     import psutil
@@ -105,7 +109,8 @@ def test_zero_stages_partition_optimizer_state(tpsa_shards, tmp_path):
     from gtscale.train.task_model import build_task_model
 
     for stage in (2, 3):
-        cfg = write_config(tmp_path / f"z{stage}.yaml", tpsa_shards, tmp_path / f"z{stage}", schedule={"total_steps": 2, "warmup_steps": 1}, deepspeed={"zero_stage": stage})
+        cfg = write_config(tmp_path / f"z{stage}.yaml", tpsa_shards, tmp_path / f"z{stage}", schedule={"total_steps": 2, "warmup_steps": 1}, deepspeed={"zero_stage": stage},
+                           data=NO_WORKERS)
         assert run_ranks(2, [str(cfg)], tmp_path / f"log{stage}") == [0, 0], logs(tmp_path / f"log{stage}")
         model = build_task_model(read_resolved(tmp_path / f"z{stage}"), load_manifest(tpsa_shards))
         full = 8 * sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -145,7 +150,7 @@ def test_nonfinite_losses_stop_every_rank_with_a_message(tpsa_shards, tmp_path):
     """An absurd learning rate makes the weights overflow after the first step; every later loss is
     non-finite on both ranks, which agree to drop those micro-batches and stop after max_nonfinite."""
     cfg = write_config(tmp_path / "c.yaml", tpsa_shards, tmp_path / "run", optimizer={"lr": 1.0e30}, deepspeed={"gradient_clipping": 0.0},
-                       schedule={"total_steps": 50, "warmup_steps": 0}, max_nonfinite=3)
+                       schedule={"total_steps": 50, "warmup_steps": 0}, max_nonfinite=3, data=NO_WORKERS)
     codes = run_ranks(2, [str(cfg)], tmp_path / "log", timeout=240)
     assert codes == [1, 1], logs(tmp_path / "log")
     assert "3 non-finite losses in a row" in logs(tmp_path / "log")
@@ -154,7 +159,8 @@ def test_nonfinite_losses_stop_every_rank_with_a_message(tpsa_shards, tmp_path):
 
 def test_bf16_preset_trains_with_finite_losses(tpsa_shards, tmp_path):
     """The shipped DeepSpeed presets train in bf16 (DeepSpeed's bf16 engine, CPU here)."""
-    cfg = write_config(tmp_path / "c.yaml", tpsa_shards, tmp_path / "run", deepspeed="zero2", schedule={"total_steps": 6, "warmup_steps": 2})
+    cfg = write_config(tmp_path / "c.yaml", tpsa_shards, tmp_path / "run", deepspeed="zero2", schedule={"total_steps": 6, "warmup_steps": 2},
+                       data=NO_WORKERS)
     assert run_ranks(1, [str(cfg)], tmp_path / "log") == [0], logs(tmp_path / "log")
     losses = [row["loss"] for row in metrics(tmp_path / "run").values()]
     assert len(losses) == 6 and all(np.isfinite(losses))
