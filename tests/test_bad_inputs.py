@@ -26,12 +26,9 @@ from gtscale.cli import main
 from gtscale.train.run_lock import LOCK_FILE
 
 sys.path.insert(0, str(Path(__file__).parent / "train"))
-from launcher import logs, run_ranks, write_config  # noqa: E402
+from launcher import NO_WORKERS, logs, run_ranks, write_config  # noqa: E402
 
 TAGS = ["step-00000002", "step-00000004"]
-#: The shared run and the resumed ones: what is checked is how their files are read, where
-#: DataLoader workers play no part; a rank without them starts no fork server (about 1.5 CPU-s).
-NO_WORKERS = {"loader": {"num_workers": 0}}
 
 
 @dataclass

@@ -58,13 +58,13 @@ def test_every_descriptor_is_rdkits_own_float_on_nci_molecules():
 
 
 @pytest.mark.slow
-def test_every_descriptor_is_rdkits_own_float_on_thousands_of_molecules():
-    """Every other molecule of the NCI set (about 2,500) and 1,000 MOSES molecules (drug-like), with
+def test_every_descriptor_is_rdkits_own_float_on_two_thousand_molecules():
+    """Every fourth molecule of the NCI set (about 1,250) and 500 MOSES molecules (drug-like), with
     and without explicit hydrogens: about 8 ms a molecule for RDKit's own values."""
     nci = read_nci_tpsa().smiles
-    _assert_equal(nci[::2])
+    _assert_equal(nci[::4])
     _assert_equal(nci[1:300:2], with_hydrogens=True)
-    _assert_equal(read_csv(data_folder() / "test.csv.gz")["SMILES"][:1000].tolist())
+    _assert_equal(read_csv(data_folder() / "test.csv.gz")["SMILES"][:500].tolist())
 
 
 def test_a_subset_of_descriptors_in_any_order():

@@ -16,6 +16,10 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 
+# The `data` section of a run whose ranks load in their own process: a rank with DataLoader workers
+# first starts a fork server (~1.5 CPU-s of imports), which buys nothing where workers are not checked.
+NO_WORKERS = {"loader": {"num_workers": 0}}
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -67,6 +71,15 @@ def metrics(run_dir: Path, split: str = "train") -> dict[int, dict]:
             if row["split"] == split:
                 rows[row["step"]] = row
     return rows
+
+
+def adam_state_shares(run_dir: Path, model) -> list[float]:
+    """Each rank's optimizer state as logged after the first step ("memory"), as a fraction of Adam's
+    state for the whole model: two fp32 moments, 8 bytes per trainable parameter."""
+    full = 8 * sum(p.numel() for p in model.parameters() if p.requires_grad)
+    row = metrics(run_dir, "memory")[1]
+    ranks = sorted(int(key.removeprefix("optimizer_state_bytes_rank")) for key in row if key.startswith("optimizer_state_bytes_rank"))
+    return [row[f"optimizer_state_bytes_rank{r}"] / full for r in ranks]
 
 
 def write_config(path: Path, shards: Path, run_dir: Path, **sections) -> Path:

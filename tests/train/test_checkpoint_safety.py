@@ -6,14 +6,11 @@ import pytest
 
 from bad_files import copy_run, model_states, optim_states, plant_code, truncate
 from gtscale.cli import main
-from launcher import logs, run_ranks, write_config
+from launcher import NO_WORKERS, logs, run_ranks, write_config
 
 pytestmark = pytest.mark.slow
 
 TAGS = ["step-00000002", "step-00000004", "step-00000006"]
-#: What is checked is how checkpoint files are read, where DataLoader workers play no part; a rank
-#: without them starts no fork server (about 1.5 CPU-s of imports).
-NO_WORKERS = {"loader": {"num_workers": 0}}
 
 
 @pytest.fixture(scope="module")

@@ -1,10 +1,11 @@
-"""Pretrain → export → fine-tune: DeepSpeed's ZeRO consolidation, weights_only loading, init_from."""
+"""Pretrain under ZeRO-3 → export → fine-tune: each rank's share of the optimizer state, DeepSpeed's
+ZeRO consolidation, weights_only loading, init_from."""
 
 import pytest
 import torch
 import yaml
 
-from launcher import logs, metrics, run_ranks, write_config
+from launcher import NO_WORKERS, adam_state_shares, logs, metrics, run_ranks, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -29,9 +30,8 @@ def test_export_then_finetune_on_a_classification_task(tpsa_shards, tmp_path):
     from gtscale.models import build_head, build_model
     from gtscale.train.task_model import GraphTaskModel
 
-    no_workers = {"loader": {"num_workers": 0}}  # no fork server per rank: workers play no part here
     cfg = write_config(tmp_path / "pre.yaml", tpsa_shards, tmp_path / "pre", schedule={"total_steps": 6, "warmup_steps": 2}, deepspeed={"zero_stage": 3},
-                       data=no_workers)
+                       data=NO_WORKERS)
     assert run_ranks(2, [str(cfg)], tmp_path / "log1") == [0, 0], logs(tmp_path / "log1")
     assert main(["export", str(tmp_path / "pre"), "--tag", "latest"]) == 0
     state = torch.load(tmp_path / "pre" / "export" / "model.pt", weights_only=True)
@@ -39,6 +39,8 @@ def test_export_then_finetune_on_a_classification_task(tpsa_shards, tmp_path):
     backbone = build_model(model_cfg)
     model = GraphTaskModel(backbone, build_head(model_cfg["head"], backbone))
     model.load_state_dict(state, strict=True)  # ZeRO-3 partitions gathered into the full model
+    shares = adam_state_shares(tmp_path / "pre", model)
+    assert len(shares) == 2 and all(0.5 <= s <= 0.55 for s in shares), shares  # ZeRO-3: half of Adam's state on each rank (+ padding)
     assert all(v.dtype == torch.float32 for v in state.values())
 
     # Fine-tune on a PAINS classification sample from the exported backbone: 600 WEHI molecules,
@@ -49,7 +51,7 @@ def test_export_then_finetune_on_a_classification_task(tpsa_shards, tmp_path):
     fine = write_config(
         tmp_path / "fine.yaml", pains, tmp_path / "fine", init_from=str(tmp_path / "pre" / "export" / "model.pt"),
         task={"loss": "bce", "metric": "rocauc", "evaluator": "ogbg-molhiv"}, schedule={"total_steps": 4, "warmup_steps": 1, "min_lr": 0.0},
-        optimizer={"lr": 0.0}, eval={"every": 4}, data=no_workers,
+        optimizer={"lr": 0.0}, eval={"every": 4}, data=NO_WORKERS,
     )
     assert run_ranks(2, [str(fine)], tmp_path / "log2") == [0, 0], logs(tmp_path / "log2")
     assert main(["export", str(tmp_path / "fine"), "--tag", "latest"]) == 0

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from launcher import REPO, metrics, write_config
+from launcher import NO_WORKERS, REPO, metrics, write_config
 
 TORCHRUN = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
 
@@ -69,7 +69,7 @@ def test_no_launcher_is_a_single_process(env):
 
 def test_gtscale_train_without_a_launcher_trains_and_exits_0(tpsa_shards, tmp_path):
     """Today's code: DeepSpeed's MPI discovery, an mpi4py traceback, exit 1."""
-    cfg = write_config(tmp_path / "c.yaml", tpsa_shards, tmp_path / "run", max_steps=2, data={"loader": {"num_workers": 0}})
+    cfg = write_config(tmp_path / "c.yaml", tpsa_shards, tmp_path / "run", max_steps=2, data=NO_WORKERS)
     launcher_vars = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
     env = {k: v for k, v in os.environ.items() if k not in launcher_vars and not k.startswith(("SLURM_", "TORCHELASTIC_", "OMPI_", "PMI_"))}
     result = subprocess.run([sys.executable, "-m", "gtscale.cli", "train", str(cfg)], env=env | {"OMP_NUM_THREADS": "1"},

@@ -13,7 +13,7 @@ import pytest
 
 from gtscale.errors import UserError
 from gtscale.train import run_lock
-from launcher import REPO, write_config
+from launcher import NO_WORKERS, REPO, write_config
 
 LAUNCH = REPO / "launch" / "train"
 
@@ -87,7 +87,7 @@ def test_sigusr1_to_the_wrapper_checkpoints_and_exits_75(tpsa_shards, tmp_path):
     """Two real ranks under torchrun: SIGUSR1 to launch/train reaches both, they checkpoint at one
     step and exit 75, and the wrapper exits 75 where torchrun would exit 1."""
     run = tmp_path / "run"
-    cfg = write_config(tmp_path / "c.yaml", tpsa_shards, run, schedule={"total_steps": 2000, "warmup_steps": 5}, data={"loader": {"num_workers": 0}})
+    cfg = write_config(tmp_path / "c.yaml", tpsa_shards, run, schedule={"total_steps": 2000, "warmup_steps": 5}, data=NO_WORKERS)
     log = open(tmp_path / "launch.log", "wb")
     proc = subprocess.Popen([str(LAUNCH), "--nproc_per_node", "2", str(cfg)], env=launch_env(), stdout=log, stderr=subprocess.STDOUT)
     try:

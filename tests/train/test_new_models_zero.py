@@ -3,7 +3,8 @@ parameters partitioned across the ranks and gathered for every forward and backw
 energy gradient included), then consolidated by `gtscale export` into a state dict that loads
 strictly. Each of them holds parameters directly in its top module (graph token, CLS token, pair
 weights, virtual node), which ZeRO-3 gathers for backward only through the tensors the module
-returns (models/outputs.py). EGT's own ZeRO 0-3 runs are in test_trainer.py."""
+returns (models/outputs.py). EGT trains under ZeRO-2 in test_trainer.py and under ZeRO-3 in
+test_export_finetune.py. The ranks load without DataLoader workers, which play no part here."""
 
 import math
 
@@ -11,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from launcher import logs, metrics, run_ranks, write_config
+from launcher import NO_WORKERS, logs, metrics, run_ranks, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +31,7 @@ def test_trains_under_zero3_on_two_ranks_and_exports(model, tpsa_shards, tmp_pat
 
     run = tmp_path / "run"
     path = write_config(tmp_path / "cfg.yaml", tpsa_shards, run, model=model, schedule={"total_steps": 4, "warmup_steps": 1},
-                        deepspeed={"zero_stage": 3}, checkpoint={"every": 4, "keep": 1})
+                        deepspeed={"zero_stage": 3}, checkpoint={"every": 4, "keep": 1}, data=NO_WORKERS)
     cfg = yaml.safe_load(path.read_text())
     cfg["model_overrides"] = SMALL[model]  # replaces the EGT overrides write_config starts from
     path.write_text(yaml.safe_dump(cfg))
