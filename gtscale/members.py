@@ -67,11 +67,11 @@ class KernelMember:
 
     def predict(self, molecules: Molecules, batch_size: int) -> tuple[np.ndarray, list[str]]:
         max_nodes = self.backbone.options.max_nodes
-        bits, unread = molecules.made(("ecfp", max_nodes), lambda: ecfp_rows(molecules.smiles, max_nodes))
+        counts, unread = molecules.made(("ecfp-counts", max_nodes), lambda: ecfp_rows(molecules.smiles, max_nodes, counts=True))
         z, why = molecules.made(("representation", self.backbone.path, self.backbone.options),
                                 lambda: graph_representation(self.backbone, molecules.smiles, batch_size))
         reasons = [a or b for a, b in zip(unread, why)]
-        return svr_outputs(self.task, reasons, lambda kept: self.svr.predict(bits[kept], z[kept])), reasons
+        return svr_outputs(self.task, reasons, lambda kept: self.svr.predict(counts[kept], z[kept])), reasons
 
 
 @dataclass

@@ -58,7 +58,7 @@ def svr_export(out: Path) -> Path:
     return write_svr_export(out, TanimotoSVR.from_fitted(fitted, bits, 10.0), {"dataset": "nci", "task": shards_record()["task"]})
 
 
-def kernel_export(out: Path, backbone: Path) -> Path:
+def kernel_export(out: Path, backbone: Path, similarity: str = "tanimoto") -> Path:
     """A kernel SVR over the backbone export `backbone`, with random (finite) dual coefficients."""
     from gtscale.experiments.ecfp import ecfp
     from gtscale.experiments.kernel_svr import KernelSVR, write_kernel_export
@@ -66,9 +66,9 @@ def kernel_export(out: Path, backbone: Path) -> Path:
     saved = read_export(backbone)
     width = saved.config["node_width"]
     rng = np.random.default_rng(0)
-    bits = ecfp(read_nci_tpsa().smiles[10:22])
-    svr = KernelSVR(bits, rng.standard_normal((12, width)), rng.standard_normal(12), 40.0, 10.0, 0.5, 0.1,
-                    rng.standard_normal(width), rng.uniform(0.5, 2.0, width))
+    counts = ecfp(read_nci_tpsa().smiles[10:22], counts=True)
+    svr = KernelSVR(counts, rng.standard_normal((12, width)), rng.standard_normal(12), 40.0, 10.0, 0.5, 0.1,
+                    rng.standard_normal(width), rng.uniform(0.5, 2.0, width), similarity=similarity)
     return write_kernel_export(out, svr, saved, {"dataset": "nci", "task": shards_record()["task"]})
 
 

@@ -39,7 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 #: `gtscale <command> <name>` handled by another module than <command>'s own → (module, help)
 SUBCOMMANDS: dict[tuple[str, str], tuple[str, str]] = {
     ("baseline", "ecfp"): ("gtscale.cli.baseline_ecfp", "ECFP (Morgan r=2, 2048 bits) + SVR / RF (SVC on 0/1 targets) on a shard folder's split, as a sweep row"),
-    ("baseline", "kernel"): ("gtscale.cli.baseline_kernel", "SVR (SVC) on ECFP4 Tanimoto + an RBF kernel on a pretrained export's representation, as a sweep row"),
+    ("baseline", "kernel"): ("gtscale.cli.baseline_kernel", "SVR (SVC) on ECFP4 Tanimoto or MinMax + an RBF kernel on a pretrained export's representation, as a sweep row"),
     ("shard", "graph-ego"): ("gtscale.cli.shard_graph_ego", "ego-subgraph shards of each split's target nodes of a graph store"),
     ("graph", "predict"): ("gtscale.cli.graph_predict", "an anomaly score for every node of a graph store, each with all its neighbours"),
 }

@@ -1,6 +1,7 @@
-"""`gtscale baseline kernel SHARDS --backbone EXPORT --out DIR`: the kernel SVR (ECFP4 Tanimoto + an RBF
-kernel on a pretrained export's representation; an SVC on a 0/1 classification task) on any
-graph-level shard folder's split, as a sweep row (experiments/kernel_baseline.py)."""
+"""`gtscale baseline kernel SHARDS --backbone EXPORT --out DIR`: the kernel SVR (an ECFP4 similarity,
+Tanimoto or MinMax, + an RBF kernel on a pretrained export's representation; an SVC on a 0/1
+classification task) on any graph-level shard folder's split, as a sweep row
+(experiments/kernel_baseline.py)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,13 @@
 """`gtscale baseline kernel SHARDS --backbone EXPORT --out DIR` runs this: the kernel SVR of
-experiments/kernel_svr.py (ECFP4 Tanimoto + an RBF kernel on a pretrained export's graph
-representation, the backbone frozen) fitted on a graph-level shard folder's train and validation
-molecules (experiments/baseline_set.py: any such folder, its records' SMILES), its kernel weight
-and C chosen by cross-validation over them (ecfp.selection), scored on the test split like
+experiments/kernel_svr.py (an ECFP4 similarity, Tanimoto or MinMax, + an RBF kernel on a
+pretrained export's graph representation, the backbone frozen) fitted on a graph-level shard
+folder's train and validation molecules (experiments/baseline_set.py: any such folder, its
+records' SMILES), its similarity, kernel weight and C chosen by cross-validation over them
+(ecfp.selection), scored on the test split like
 `gtscale baseline ecfp`: RMSE, MAE and MoleculeACE's cliff RMSE, or, on a classification task,
 an SVC on the same kernel scored by ROC-AUC.
 
-Writes DIR/sweep.json and DIR/sweep.md (one row, "chosen" records w, C, γ, the selection and the
+Writes DIR/sweep.json and DIR/sweep.md (one row, "chosen" records S, w, C, γ, the selection and the
 chosen candidate's mean fold score), the test predictions as DIR/kernel-<split>.npz
 (ecfp.save_predictions' layout; an SVC's are logits) and DIR/export, the SVR (SVC) with its
 backbone as one export that `gtscale predict` reads (an SVC's predicts probabilities).
@@ -38,19 +39,19 @@ def run_kernel_baseline(shards: Path, backbone: Path, out: Path, split: str = "t
     check_record(saved.meta, saved.folder)
     export = load_model_export(saved.folder, saved.config, saved.state, saved.meta)
     data = read_baseline_set(shards, split, target, FOLDS)
-    bits, z, y = {}, {}, {}
+    counts, z, y = {}, {}, {}
     for name, molecules in data.splits.items():
-        bits[name], y[name] = ecfp(molecules.smiles, data.max_atoms), molecules.y
+        counts[name], y[name] = ecfp(molecules.smiles, data.max_atoms, counts=True), molecules.y
         z[name], reasons = graph_representation(export, molecules.smiles)
         rejected = next((i for i, why in enumerate(reasons) if why), None)
         if rejected is not None:
             raise UserError(f"{shards}: {name} molecule {molecules.smiles[rejected]!r} is rejected by {backbone}'s featurisation ({reasons[rejected]})")
-    svr = fit_kernel_svr(bits, z, y, classifier=data.classification)
-    pred = svr.predict(bits["test"], z["test"])
+    svr = fit_kernel_svr(counts, z, y, classifier=data.classification)
+    pred = svr.predict(counts["test"], z["test"])
     save_predictions(out / PREDICTIONS.format(split=split), data.splits["test"].idx, pred, y["test"])
     write_kernel_export(out / "export", svr, saved, data.export_manifest())
     score = {"cv_rocauc": svr.cv_rocauc} if data.classification else {"cv_rmse": svr.cv_rmse}
-    chosen = {"C": svr.C, "weight": svr.weight, "gamma": svr.gamma, "selection": selection(data.classification), **score}
+    chosen = {"C": svr.C, "similarity": svr.similarity, "weight": svr.weight, "gamma": svr.gamma, "selection": selection(data.classification), **score}
     runs = [{"seed": 0, "chosen": chosen, "metrics": data.metrics(pred)}]
     label = LABEL_CLASSIFIER if data.classification else LABEL
     result = [{"label": label, "shards": str(shards), "backbone": str(backbone), "split": split, "target": data.target, "runs": runs,

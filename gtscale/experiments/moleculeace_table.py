@@ -10,8 +10,9 @@ as the features arm's --graph-features, gets DIR/shards/<set>-<arm>), then each 
 DIR/<set>/<arm>/ as a sweep folder (sweep.json, sweep.md; `gtscale sweep --compare` reads them):
 
 - ecfp: ECFP4 + Tanimoto SVR (experiments/ecfp.py), deterministic, so one seed;
-- kernel: an SVR on the Tanimoto kernel plus an RBF kernel on the pretrained export's (--init-from)
-  graph representation, the backbone frozen, the kernel weight and C chosen like the SVR's C
+- kernel: an SVR on an ECFP4 similarity (Tanimoto or MinMax) plus an RBF kernel on the pretrained
+  export's (--init-from) graph representation, the backbone frozen, the similarity, kernel weight
+  and C chosen like the SVR's C
   (experiments/kernel_svr.py), deterministic, one seed; both SVRs choose by 5-fold CV over train
   and valid together and fit on both (ecfp.SELECTION, the MoleculeACE paper's protocol);
 - scratch, finetune, finetune-features: `gtscale sweep` of a training config over --seeds, each

@@ -6,11 +6,11 @@ reads, in one command.
    three files are train, valid and test; one file is split by `split` (random 80/10/10, scaffold,
    or a column naming each row's split). The task is the target columns': classification when each
    holds only 0 and 1 (blank cells aside), else regression; `task` names it instead.
-2. The recipe's members: `ecfp` = ECFP4 + Tanimoto SVR and `kernel` = the SVR on ECFP4 Tanimoto +
-   an RBF kernel on a pretrained backbone's representation (experiments/kernel_svr.py;
-   `init_from`, by default the shipped moses-egt), one model per target column on the molecules
-   labelled for it (a blank cell leaves the molecule out of that column only), each on train ∪
-   valid with its hyperparameters chosen by 5-fold cross-validation over those molecules
+2. The recipe's members: `ecfp` = ECFP4 + Tanimoto SVR and `kernel` = the SVR on an ECFP4
+   similarity (Tanimoto or MinMax) + an RBF kernel on a pretrained backbone's representation
+   (experiments/kernel_svr.py; `init_from`, by default the shipped moses-egt), one model per
+   target column on the molecules labelled for it (a blank cell leaves the molecule out of that
+   column only), each on train ∪ valid with its hyperparameters chosen by 5-fold cross-validation over those molecules
    (experiments/ecfp.py's SELECTION); a classification's are SVCs, C chosen by ROC-AUC, with
    Platt's sigmoid fitted on the same folds' out-of-fold decision values (ecfp.calibrate), so that
    they predict probabilities. `finetune` = the backbone fine-tuned by the shipped recipe
@@ -130,11 +130,12 @@ def fit_task(table: MoleculeTable, task: str) -> str:
 @dataclass
 class Features:
     """What the members read of each split's molecules: the table rows every member reads, their
-    ECFP4 bits, the backbone's representation (kernel recipes), their targets. Of the whole
+    ECFP4 counts (whose bits, the counts that are not 0, the ECFP SVR reads), the backbone's
+    representation (kernel recipes), their targets. Of the whole
     table (featurize: y [n, T], NaN for a blank cell) or of one target (target: y [n])."""
 
     rows: dict[str, np.ndarray]  # split → table rows kept
-    bits: dict[str, np.ndarray]
+    counts: dict[str, np.ndarray]
     z: dict[str, np.ndarray | None]
     y: dict[str, np.ndarray]
     left_out: dict[str, dict[str, int]]  # split → reason → rows left out
@@ -142,36 +143,36 @@ class Features:
     def target(self, t: int) -> "Features":
         """The molecules labelled for target t, with its labels; left_out counts the blank cells."""
         keep = {s: np.isfinite(self.y[s][:, t]) for s in SPLITS}
-        return Features({s: self.rows[s][keep[s]] for s in SPLITS}, {s: self.bits[s][keep[s]] for s in SPLITS},
+        return Features({s: self.rows[s][keep[s]] for s in SPLITS}, {s: self.counts[s][keep[s]] for s in SPLITS},
                         {s: None if self.z[s] is None else self.z[s][keep[s]] for s in SPLITS}, {s: self.y[s][keep[s], t] for s in SPLITS},
                         {s: {"target_missing": int((~keep[s]).sum())} for s in SPLITS})
 
 
 def featurize(table: MoleculeTable, backbone, progress: bool) -> Features:
-    """ECFP4 bits (and the backbone's representation) of every split; rows a member cannot read are
+    """ECFP4 counts (and the backbone's representation) of every split; rows a member cannot read are
     left out of all of them, so that members are compared on the same molecules."""
     from gtscale.experiments.ecfp import ecfp_rows
     from gtscale.inference import graph_representation
 
-    rows, bits, z, y, left_out = {}, {}, {}, {}, {}
+    rows, counts, z, y, left_out = {}, {}, {}, {}, {}
     for split in SPLITS:
         members = table.splits[split]
         smiles = [table.smiles[i] for i in members]
-        b, reasons = ecfp_rows(smiles)
+        fingerprints, reasons = ecfp_rows(smiles, counts=True)
         if backbone is not None:
             rep, why = graph_representation(backbone, smiles)
             reasons = [a or c for a, c in zip(reasons, why)]
         keep = np.array([not why for why in reasons], bool)
-        rows[split], bits[split], y[split] = members[keep], b[keep], table.targets[members[keep]].astype(np.float64)
+        rows[split], counts[split], y[split] = members[keep], fingerprints[keep], table.targets[members[keep]].astype(np.float64)
         z[split] = rep[keep] if backbone is not None else None
-        counts: dict[str, int] = {}
+        tally: dict[str, int] = {}
         for why in reasons:
             if why:
-                counts[why] = counts.get(why, 0) + 1
-        left_out[split] = counts
+                tally[why] = tally.get(why, 0) + 1
+        left_out[split] = tally
         if progress:
-            print(f"{split}: {keep.sum()} molecules" + (f" ({sum(counts.values())} left out: {counts})" if counts else ""))
-    return Features(rows, bits, z, y, left_out)
+            print(f"{split}: {keep.sum()} molecules" + (f" ({sum(tally.values())} left out: {tally})" if tally else ""))
+    return Features(rows, counts, z, y, left_out)
 
 
 def check_target(where: str, name: str, labelled: Features, task: str, on_valid: bool) -> None:
@@ -231,13 +232,13 @@ def svr_members(names: tuple[str, ...], labelled: Features, selection: Selection
     fitted = []
     for name in names:
         if name == "ecfp":
-            svr = fit_svr(labelled.bits, labelled.y, out_of_fold=True, classifier=classifier)
+            svr = fit_svr({s: (c > 0).astype(np.uint8) for s, c in labelled.counts.items()}, labelled.y, out_of_fold=True, classifier=classifier)
             writers = {name: lambda folder, svr=svr: write_svr_export(folder, svr, record)}
             chosen = {"C": svr.C}
         elif name == "kernel":
-            svr = fit_kernel_svr(labelled.bits, labelled.z, labelled.y, out_of_fold=True, classifier=classifier)
+            svr = fit_kernel_svr(labelled.counts, labelled.z, labelled.y, out_of_fold=True, classifier=classifier)
             writers = {name: lambda folder, svr=svr: write_kernel_export(folder, svr, saved_backbone, record)}
-            chosen = {"C": svr.C, "weight": svr.weight, "gamma": svr.gamma}
+            chosen = {"C": svr.C, "similarity": svr.similarity, "weight": svr.weight, "gamma": svr.gamma}
         else:
             continue
         chosen |= {"selection": rule(classifier)} | ({"cv_rocauc": svr.cv_rocauc, "platt": list(svr.platt)} if classifier else {"cv_rmse": svr.cv_rmse})

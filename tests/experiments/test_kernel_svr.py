@@ -1,6 +1,7 @@
-"""The kernel arm: an SVR on ECFP4 Tanimoto + an RBF kernel on a gtscale export's representation.
-Its closed form is scikit-learn's SVR; cross-validation picks the representation when it carries
-the target; `gtscale moleculeace-table --arms kernel` scores it beside ECFP + SVR on the same split."""
+"""The kernel arm: an SVR on an ECFP4 similarity (Tanimoto or MinMax) + an RBF kernel on a gtscale
+export's representation. Its closed form is scikit-learn's SVR; cross-validation picks the
+representation when it carries the target, and MinMax when the counts do; `gtscale
+moleculeace-table --arms kernel` scores it beside ECFP + SVR on the same split."""
 
 import json
 import shutil
@@ -13,7 +14,8 @@ from sklearn.model_selection import KFold, cross_val_score
 from sklearn.svm import SVR
 
 from gtscale.cli import main
-from gtscale.experiments.ecfp import SELECTION, SVR_C, ecfp, fit_svr, tanimoto
+from gtscale.experiments import kernel_svr
+from gtscale.experiments.ecfp import SELECTION, SVR_C, ecfp, fit_svr, minmax, tanimoto
 from gtscale.experiments.kernel_baseline import PREDICTIONS
 from gtscale.experiments.kernel_svr import combined, fit_kernel_svr
 from gtscale.experiments.sweep import read_rows
@@ -24,27 +26,66 @@ from gtscale.prep.sources.bundled import read_nci_tpsa
 from test_moleculeace_table import SET, tiny_config
 
 
+CUT = {"train": slice(0, 100), "valid": slice(100, 125), "test": slice(125, 150)}
+
+
 @pytest.fixture(scope="module")
-def molecules():
-    """(bits, y) of 150 NCI molecules split 100 / 25 / 25, TPSA standardised."""
+def counted():
+    """(ECFP4 counts, y) of 150 NCI molecules split 100 / 25 / 25, TPSA standardised."""
     table = read_nci_tpsa()
-    bits, y = ecfp(table.smiles[:150]), table.targets[:150, 0].astype(np.float64)
+    counts, y = ecfp(table.smiles[:150], counts=True), table.targets[:150, 0].astype(np.float64)
     y = (y - y.mean()) / y.std()
-    cut = {"train": slice(0, 100), "valid": slice(100, 125), "test": slice(125, 150)}
-    return {k: bits[s] for k, s in cut.items()}, {k: y[s] for k, s in cut.items()}
+    return {k: counts[s] for k, s in CUT.items()}, {k: y[s] for k, s in CUT.items()}
 
 
-def test_closed_form_equals_scikit_learns_svr_on_the_combined_kernel(molecules):
-    bits, y = molecules
+@pytest.fixture(scope="module")
+def molecules(counted):
+    """(ECFP4 bits, y) of the same molecules."""
+    counts, y = counted
+    return {k: (c > 0).astype(np.uint8) for k, c in counts.items()}, y
+
+
+def test_ecfp_counts_are_the_bits_counted_and_minmax_is_sum_min_over_sum_max():
+    smiles = read_nci_tpsa().smiles[:300]
+    counts, bits = ecfp(smiles, counts=True), ecfp(smiles)
+    assert counts.max() > 1 and np.array_equal(counts > 0, bits == 1)  # RDKit's bits are exactly the counts that are not 0
+    a, b = counts[:40], counts[40:70]
+    brute = np.array([[np.minimum(u, v).sum() / np.maximum(u, v).sum() for v in b.astype(np.int64)] for u in a.astype(np.int64)])
+    np.testing.assert_allclose(minmax(a, b), brute, rtol=1e-12)
+    np.testing.assert_allclose(minmax(bits[:40], bits[40:70]), tanimoto(bits[:40], bits[40:70]), rtol=1e-12)  # on bits, Tanimoto
+
+
+@pytest.mark.parametrize("similarity", kernel_svr.SIMILARITIES)
+def test_closed_form_equals_scikit_learns_svr_on_the_combined_kernel(counted, similarity, monkeypatch):
+    counts, y = counted
+    monkeypatch.setattr(kernel_svr, "SIMILARITIES", (similarity,))
     rng = np.random.default_rng(0)
     z = {k: rng.normal(size=(len(v), 6)) for k, v in y.items()}
-    svr = fit_kernel_svr(bits, z, y)
-    pool_bits, pool_z, pool_y = (np.concatenate([d["train"], d["valid"]]) for d in (bits, z, y))  # fitted on both
+    svr = fit_kernel_svr(counts, z, y)
+    assert svr.similarity == similarity
+    pool_counts, pool_z, pool_y = (np.concatenate([d["train"], d["valid"]]) for d in (counts, z, y))  # fitted on both
     np.testing.assert_allclose(svr.z_mean, pool_z.mean(0), atol=1e-12)
     zs, test_z = (pool_z - svr.z_mean) / svr.z_std, (z["test"] - svr.z_mean) / svr.z_std
-    reference = SVR(kernel="precomputed", C=svr.C).fit(combined(pool_bits, zs, pool_bits, zs, svr.weight, svr.gamma), pool_y)
-    expected = reference.predict(combined(bits["test"], test_z, pool_bits, zs, svr.weight, svr.gamma))
-    np.testing.assert_allclose(svr.predict(bits["test"], z["test"]), expected, rtol=1e-9, atol=1e-9)
+    fitted = combined(pool_counts, zs, pool_counts, zs, svr.weight, svr.gamma, similarity)
+    reference = SVR(kernel="precomputed", C=svr.C).fit(fitted, pool_y)
+    expected = reference.predict(combined(counts["test"], test_z, pool_counts, zs, svr.weight, svr.gamma, similarity))
+    np.testing.assert_allclose(svr.predict(counts["test"], z["test"]), expected, rtol=1e-9, atol=1e-9)
+
+
+def test_cross_validation_takes_minmax_when_the_counts_carry_the_target(counted):
+    """A target that counts atom environments (the count of the most variable bit): Tanimoto sees
+    only whether each is there, MinMax how often."""
+    counts, _ = counted
+    pool = np.concatenate([counts["train"], counts["valid"]]).astype(np.float64)
+    bit = int(np.argmax(pool.var(0)))
+    y = {k: c[:, bit].astype(np.float64) for k, c in counts.items()}
+    rng = np.random.default_rng(2)
+    noise = {k: rng.normal(size=(len(v), 4)) for k, v in y.items()}
+    svr = fit_kernel_svr(counts, noise, y)
+    assert svr.similarity == "minmax"
+    rmse = lambda pred: float(np.sqrt(np.mean((pred - y["test"]) ** 2)))  # noqa: E731
+    plain = fit_svr({k: (c > 0).astype(np.uint8) for k, c in counts.items()}, y)
+    assert rmse(svr.predict(counts["test"], noise["test"])) < rmse(plain.predict((counts["test"] > 0).astype(np.uint8)))
 
 
 def test_the_svrs_choose_by_five_fold_cross_validation_over_train_and_valid(molecules):
@@ -63,17 +104,17 @@ def test_the_svrs_choose_by_five_fold_cross_validation_over_train_and_valid(mole
     np.testing.assert_allclose(svr.predict(bits["test"]), expected, rtol=1e-9, atol=1e-9)
 
 
-def test_cross_validation_takes_the_representation_when_it_carries_the_target(molecules):
-    bits, y = molecules
+def test_cross_validation_takes_the_representation_when_it_carries_the_target(counted, molecules):
+    (counts, y), (bits, _) = counted, molecules
     rng = np.random.default_rng(1)
     z = {k: np.stack([v + 0.05 * rng.normal(size=len(v)), rng.normal(size=len(v))], 1) for k, v in y.items()}
-    svr, plain = fit_kernel_svr(bits, z, y), fit_svr(bits, y)
+    svr, plain = fit_kernel_svr(counts, z, y), fit_svr(bits, y)
     assert svr.weight > 0
     rmse = lambda pred: float(np.sqrt(np.mean((pred - y["test"]) ** 2)))  # noqa: E731
-    assert rmse(svr.predict(bits["test"], z["test"])) < 0.75 * rmse(plain.predict(bits["test"]))  # 0.50 against 0.80
-    # noise alone: the plain Tanimoto SVR (weight 0) is among the candidates and stays ahead
+    assert rmse(svr.predict(counts["test"], z["test"])) < 0.75 * rmse(plain.predict(bits["test"]))  # 0.50 against 0.80
+    # noise alone: the fingerprint similarity alone (weight 0) is among the candidates and stays ahead
     noise = {k: rng.normal(size=(len(v), 4)) for k, v in y.items()}
-    assert rmse(fit_kernel_svr(bits, noise, y).predict(bits["test"], noise["test"])) <= 1.2 * rmse(plain.predict(bits["test"]))
+    assert rmse(fit_kernel_svr(counts, noise, y).predict(counts["test"], noise["test"])) <= 1.2 * rmse(plain.predict(bits["test"]))
 
 
 @pytest.mark.slow
@@ -89,8 +130,8 @@ def test_the_table_scores_the_kernel_arm_of_a_pretrained_export(tmp_path, capsys
     row = read_rows(out / SET / "kernel")[0]
     assert table["sets"][SET]["kernel"] == {m: row["summary"][m] for m in ("rmse", "cliff_rmse")}
     chosen = row["runs"][0]["chosen"]
-    assert set(chosen) == {"C", "weight", "gamma", "selection", "cv_rmse"} and chosen["gamma"] > 0 and chosen["selection"] == SELECTION
-    assert 0 < chosen["cv_rmse"] < 10  # the chosen (w, C)'s mean fold RMSE, in the target's units
+    assert set(chosen) == {"C", "similarity", "weight", "gamma", "selection", "cv_rmse"} and chosen["gamma"] > 0 and chosen["selection"] == SELECTION
+    assert chosen["similarity"] in kernel_svr.SIMILARITIES and 0 < chosen["cv_rmse"] < 10  # the chosen (S, w, C)'s mean fold RMSE, in the target's units
     saved = np.load(out / SET / "kernel" / PREDICTIONS.format(split="test"))
     test_idx, test_smiles = split_smiles(out / "shards" / SET, load_manifest(out / "shards" / SET), "test")
     assert saved["idx"].tolist() == test_idx.tolist()

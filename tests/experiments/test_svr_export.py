@@ -193,6 +193,8 @@ def kernel(tmp_path_factory):
     ("gamma", float("inf"), "model.yaml: gamma: must be > 0, got inf"),
     ("weight", float("nan"), "model.yaml: weight: must be >= 0, got nan"),
     ("C", 0.0, "model.yaml: C: must be > 0, got 0.0"),
+    ("similarity", "cosine", "model.yaml: similarity:"),
+    ("similarity", "minmax", "model.pt: its support (12, 256)"),  # MinMax reads counts, not the packed bits Tanimoto's export keeps
 ])
 def test_a_tampered_kernel_svr_config_is_refused(kernel, tmp_path, capsys, key, value, fragment):
     line = _predict_refusal(_with_config(kernel, tmp_path, key, value), tmp_path, capsys)
@@ -207,3 +209,27 @@ def test_a_tampered_kernel_svr_config_is_refused(kernel, tmp_path, capsys, key, 
 def test_a_tampered_kernel_svr_tensor_is_refused(kernel, tmp_path, capsys, name, change, fragment):
     line = _predict_refusal(_with_tensor(kernel, tmp_path, name, change), tmp_path, capsys)
     assert fragment in line, line
+
+
+def test_a_minmax_kernel_export_keeps_the_counts_and_predicts_its_closed_form(tmp_path):
+    from export_fixtures import SMILES, kernel_export, model_export
+
+    from gtscale.experiments.ecfp import ecfp
+    from gtscale.experiments.kernel_svr import read_kernel_export
+    from gtscale.inference import graph_representation, load_model_export
+    from gtscale.models.export import read_export
+
+    backbone = model_export(tmp_path / "backbone")
+    export = read_export(kernel_export(tmp_path / "kernel", backbone, similarity="minmax"))
+    assert export.config["similarity"] == "minmax" and export.state["support"].shape == (12, 2048)
+    svr, _ = read_kernel_export(export.config, export.state, "model.pt")
+    np.testing.assert_array_equal(svr.counts, ecfp(read_nci_tpsa().smiles[10:22], counts=True))  # the counts, above 1 where they are
+    assert svr.counts.max() > 1 and svr.similarity == "minmax"
+
+    csv = tmp_path / "in.csv"
+    pd.DataFrame({"smiles": SMILES}).to_csv(csv, index=False)
+    assert main(["predict", str(tmp_path / "kernel"), "--input", str(csv), "--out", str(tmp_path / "p.csv"), "--no-progress"]) == 0
+    saved = read_export(backbone)
+    z, _ = graph_representation(load_model_export(saved.folder, saved.config, saved.state, saved.meta), SMILES)
+    expected = svr.predict(ecfp(SMILES, counts=True), z)
+    np.testing.assert_allclose(pd.read_csv(tmp_path / "p.csv")["tpsa_pred"].to_numpy(), expected, rtol=1e-4, atol=1e-4)
