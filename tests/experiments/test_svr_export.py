@@ -233,3 +233,21 @@ def test_a_minmax_kernel_export_keeps_the_counts_and_predicts_its_closed_form(tm
     z, _ = graph_representation(load_model_export(saved.folder, saved.config, saved.state, saved.meta), SMILES)
     expected = svr.predict(ecfp(SMILES, counts=True), z)
     np.testing.assert_allclose(pd.read_csv(tmp_path / "p.csv")["tpsa_pred"].to_numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_kernel_export_without_a_similarity_reads_as_tanimoto(kernel, tmp_path):
+    """model.yaml without `similarity` (a kernel export of an earlier gtscale): Tanimoto on its packed
+    bits, predicting what the export with the key predicts."""
+    import yaml
+
+    from export_fixtures import SMILES
+
+    bare = _with_config(kernel, tmp_path, "similarity", "tanimoto")
+    config = yaml.safe_load((bare / "model.yaml").read_text())
+    del config["similarity"]
+    (bare / "model.yaml").write_text(yaml.safe_dump(config))
+    csv = tmp_path / "in.csv"
+    pd.DataFrame({"smiles": SMILES}).to_csv(csv, index=False)
+    for export, out in ((kernel, "with.csv"), (bare, "without.csv")):
+        assert main(["predict", str(export), "--input", str(csv), "--out", str(tmp_path / out), "--no-progress"]) == 0
+    np.testing.assert_array_equal(pd.read_csv(tmp_path / "with.csv")["tpsa_pred"], pd.read_csv(tmp_path / "without.csv")["tpsa_pred"])
