@@ -50,8 +50,9 @@ class FingerprintMember:
     max_nodes: int = DEFAULT_MAX_ATOMS  # most atoms of a molecule read (its shards record none)
 
     def predict(self, molecules: Molecules, batch_size: int) -> tuple[np.ndarray, list[str]]:
-        bits, reasons = molecules.made(("ecfp", self.max_nodes), lambda: ecfp_rows(molecules.smiles, self.max_nodes))
-        return svr_outputs(self.task, reasons, lambda kept: self.svr.predict(bits[kept])), list(reasons)
+        counts, reasons = molecules.made(("ecfp-counts", self.max_nodes), lambda: ecfp_rows(molecules.smiles, self.max_nodes, counts=True))
+        # the counts a kernel member beside it reads too, computed once; its bits are the counts that are not 0
+        return svr_outputs(self.task, reasons, lambda kept: self.svr.predict(counts[kept] > 0)), list(reasons)
 
 
 @dataclass

@@ -10,8 +10,8 @@ reads, in one command.
    similarity (Tanimoto or MinMax) + an RBF kernel on a pretrained backbone's representation
    (experiments/kernel_svr.py; `init_from`, by default the shipped moses-egt), one model per
    target column on the molecules labelled for it (a blank cell leaves the molecule out of that
-   column only), each on train ∪ valid with its hyperparameters chosen by 5-fold cross-validation over those molecules
-   (experiments/ecfp.py's SELECTION); a classification's are SVCs, C chosen by ROC-AUC, with
+   column only), each on train ∪ valid with its hyperparameters chosen by 5-fold cross-validation
+   over those molecules (experiments/ecfp.py's SELECTION); a classification's are SVCs, C chosen by ROC-AUC, with
    Platt's sigmoid fitted on the same folds' out-of-fold decision values (ecfp.calibrate), so that
    they predict probabilities. `finetune` = the backbone fine-tuned by the shipped recipe
    (configs/tasks/FINETUNE_CONFIG; a classification's with loss bce), one run per seed on shards of
