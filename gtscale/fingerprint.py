@@ -38,7 +38,7 @@ from gtscale.errors import UserError
 from gtscale.format import schema
 from gtscale.inference import LoadedExport, batch_representation, graph_representation, shard_batches
 from gtscale.io import atomic_write_bytes, atomic_write_text, claim_out_file, disk_full_is_user_error, read_json_object, sha256_file
-from gtscale.members import FingerprintMember, KernelMember, load_member, with_max_nodes
+from gtscale.members.load import FingerprintMember, KernelMember, load_member, with_max_nodes
 from gtscale.predict import counted, csv_header, csv_text, read_molecule_csv, shard_splits
 from gtscale.prep.sources.base import text_column
 

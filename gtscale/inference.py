@@ -2,7 +2,7 @@
 featurised exactly as its shards were (the sharder's `writer.featurize_rows`, with the structure
 options and graph features export.json records), batched by the loader's `collate`, and what the
 model makes of them: its task predictions, or its pooled graph representation. A top-level module
-like predict.py, which it serves, and beneath experiments/, whose kernel SVR reads that
+like predict.py, which it serves, and beneath members/, whose kernel SVR reads that
 representation: so neither imports the other's users.
 """
 

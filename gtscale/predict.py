@@ -1,6 +1,6 @@
 """Predictions for new molecules (`gtscale predict EXPORT… --input mols.csv --out preds.csv`,
-chemprop's `predict`): the members of members.py (model exports run on molecules
-by inference.py, and the SVR exports of experiments/), ensembled by experiments/ensemble.py.
+chemprop's `predict`): the members of members/ (model exports run on molecules by inference.py,
+and the SVR exports of members/svr.py and kernel_svr.py), ensembled by members/ensemble.py.
 
 - Molecules are featurised by the sharder's own code (`writer.featurize_rows`, with the structure
   options and graph features the export's shards were made with, read from export.json) and
@@ -17,7 +17,7 @@ by inference.py, and the SVR exports of experiments/), ensembled by experiments/
   with prediction columns and `reason`) unless `--overwrite`; never the input or an export.
 - `--input` may also be a shard folder (manifest.json): every record of the chosen splits is
   predicted, with its split and idx.
-- Members are exports of any kind (members.py): fine-tuned models, an ECFP + SVR
+- Members are exports of any kind (members/load.py): fine-tuned models, an ECFP + SVR
   (`gtscale baseline ecfp`) and a kernel SVR on a backbone's representation (`gtscale baseline
   kernel`). The SVRs read SMILES: from a shard folder, the SMILES each record keeps. Members are
   matched by task (as many targets, of the same kind), not by their targets' names: the first
@@ -36,15 +36,15 @@ import pandas as pd
 from tqdm import tqdm
 
 from gtscale.errors import UserError
-from gtscale.experiments.ensemble import ensemble, ensemble_weights
+from gtscale.members.ensemble import ensemble, ensemble_weights
 from gtscale.inference import LoadedExport, Molecules, shard_batches
 from gtscale.io import atomic_write_text, claim_out_file, disk_full_is_user_error, read_first_line
-from gtscale.members import Member, check_same_task, load_members, with_max_nodes
+from gtscale.members.load import Member, check_same_task, load_members, with_max_nodes
 from gtscale.prep.sources.base import read_csv, require_columns, text_column
 
 
 class Predictor:
-    """Predictions of one or more members (members.py) for molecules: what each member makes of
+    """Predictions of one or more members (members/load.py) for molecules: what each member makes of
     a chunk of SMILES (each featurisation made once among them), their ensemble's mean and spread."""
 
     def __init__(self, members: list[Member], weights: list[float] | None = None):
@@ -105,7 +105,7 @@ def predict_table(predictor: Predictor, frame: pd.DataFrame, smiles_column: str,
 
 def prediction_columns(values: np.ndarray, names: list[str], weights: np.ndarray | None = None) -> pd.DataFrame:
     """<name>_pred per target (one member), or <name>_mean and <name>_std (an ensemble's weighted
-    mean and spread over the members: experiments/ensemble.py; NaN where any member has none)."""
+    mean and spread over the members: members/ensemble.py; NaN where any member has none)."""
     if values.shape[0] == 1:
         return pd.DataFrame({f"{name}_pred": values[0, :, t] for t, name in enumerate(names)})
     mean, std = ensemble(values, weights)

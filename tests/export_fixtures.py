@@ -50,7 +50,9 @@ def svr_export(out: Path) -> Path:
     """An ECFP + SVR fitted on 40 NCI molecules' TPSA."""
     from sklearn.svm import SVR
 
-    from gtscale.experiments.ecfp import TanimotoSVR, ecfp, tanimoto, write_svr_export
+    from gtscale.members.fingerprints import ecfp, tanimoto
+
+    from gtscale.members.svr import TanimotoSVR, write_svr_export
 
     table = read_nci_tpsa()
     bits = ecfp(table.smiles[10:50])
@@ -60,8 +62,8 @@ def svr_export(out: Path) -> Path:
 
 def kernel_export(out: Path, backbone: Path, similarity: str = "tanimoto") -> Path:
     """A kernel SVR over the backbone export `backbone`, with random (finite) dual coefficients."""
-    from gtscale.experiments.ecfp import ecfp
-    from gtscale.experiments.kernel_svr import KernelSVR, write_kernel_export
+    from gtscale.members.fingerprints import ecfp
+    from gtscale.members.kernel_svr import KernelSVR, write_kernel_export
 
     saved = read_export(backbone)
     width = saved.config["node_width"]

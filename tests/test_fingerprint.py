@@ -13,7 +13,7 @@ import pytest
 from export_fixtures import SMILES, kernel_export, model_export, svr_export
 from gtscale.cli import main
 from gtscale.inference import graph_representation
-from gtscale.members import load_member
+from gtscale.members.load import load_member
 
 #: Readable molecules between crafted unreadable ones: a ring left open, an empty cell, an element
 #: that does not exist, a chain beyond the atom cap (refused before RDKit parses it).

@@ -135,7 +135,7 @@ def test_a_folder_fit_did_not_write_is_refused(molecules_csv, tmp_path):
 def test_the_finetune_recipe_adds_fine_tuned_seeds_chosen_on_the_valid_split(molecules_csv, tmp_path):
     """Two fine-tuned seeds (a few steps) join ECFP + SVR; the choice is made on the valid split,
     and the export predicts the test molecules as the report says."""
-    from gtscale.members import load_members
+    from gtscale.members.load import load_members
 
     steps = ["schedule.total_steps=6", "schedule.warmup_steps=1", "eval.every=3", "eval.patience=0", "checkpoint.every=3",
              "data.loader.batch_size=16"]
@@ -220,7 +220,7 @@ def test_the_svc_member_predicts_scikit_learns_platt_scaled_probabilities(classi
     from sklearn.model_selection import StratifiedKFold
     from sklearn.svm import SVC
 
-    from gtscale.experiments.ecfp import ecfp, tanimoto
+    from gtscale.members.fingerprints import ecfp, tanimoto
 
     out, report = classified
     frame = pd.read_csv(activity_csv)
@@ -438,7 +438,7 @@ def test_the_finetune_recipe_fine_tunes_one_head_of_both_binary_columns_with_mas
     the loss, joins each column's ECFP + SVC, chosen per column by ROC-AUC on the valid split; its
     export predicts both columns' probabilities, and so does the chosen export."""
     from gtscale.format.manifest import load_manifest
-    from gtscale.members import load_members
+    from gtscale.members.load import load_members
 
     steps = ["schedule.total_steps=6", "schedule.warmup_steps=1", "eval.every=3", "eval.patience=0", "checkpoint.every=3",
              "data.loader.batch_size=16", "logging.progress=false"]

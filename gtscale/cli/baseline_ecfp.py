@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from gtscale.experiments.ecfp import RF_TREES, run_baseline
-from gtscale.experiments.sweep import TABLE_FILE
+from gtscale.sweep import TABLE_FILE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from gtscale.cli.baseline_ecfp import add_set_arguments
 from gtscale.experiments.kernel_baseline import run_kernel_baseline
-from gtscale.experiments.sweep import TABLE_FILE
+from gtscale.sweep import TABLE_FILE
 from gtscale.models.pretrained import export_path
 
 

@@ -1,5 +1,5 @@
 """`gtscale sweep CONFIG --seeds 0 1 2 [key=value …]`: one ordinary run per seed, then a table; `--compare`
-sweeps in one table (experiments/sweep.py)."""
+sweeps in one table (gtscale/sweep.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from gtscale.errors import UserError
-from gtscale.experiments.sweep import SWEEP_FILE, TABLE_FILE, best_step, compare_table, refit_overrides, run_sweep
+from gtscale.sweep import SWEEP_FILE, TABLE_FILE, best_step, compare_table, refit_overrides, run_sweep
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", nargs="?", help="training YAML (omit with --compare)")

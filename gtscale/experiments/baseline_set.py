@@ -62,7 +62,7 @@ class BaselineSet:
             return {"rocauc": float(roc_auc_score(y, y_pred)) if len(np.unique(y)) == 2 else float("nan")}
         metrics = {"rmse": float(root_mean_squared_error(y, y_pred)), "mae": float(mean_absolute_error(y, y_pred))}
         if self.cliff is not None:
-            from gtscale.experiments.moleculeace import rmse_where
+            from gtscale.prep.sources.moleculeace import rmse_where
 
             metrics["cliff_rmse"] = rmse_where(self.cliff, y_pred[:, None], y[:, None])
         return metrics
@@ -79,7 +79,7 @@ def read_baseline_set(shards: Path, split: str, target: str | None, folds: int) 
     records without SMILES, labels that are not 0/1 for a classification task, fewer labelled
     molecules, of each class for a classifier, than the `folds` of cross-validation that choose
     its hyperparameters)."""
-    from gtscale.experiments import moleculeace
+    from gtscale.prep.sources import moleculeace
 
     manifest = load_manifest(shards)
     kind = task_type(manifest)

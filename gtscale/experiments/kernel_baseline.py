@@ -1,9 +1,9 @@
 """`gtscale baseline kernel SHARDS --backbone EXPORT --out DIR` runs this: the kernel SVR of
-experiments/kernel_svr.py (an ECFP4 similarity, Tanimoto or MinMax, + an RBF kernel on a
+members/kernel_svr.py (an ECFP4 similarity, Tanimoto or MinMax, + an RBF kernel on a
 pretrained export's graph representation, the backbone frozen) fitted on a graph-level shard
 folder's train and validation molecules (experiments/baseline_set.py: any such folder, its
 records' SMILES), its similarity, kernel weight and C chosen by cross-validation over them
-(ecfp.selection), scored on the test split like
+(svr.selection), scored on the test split like
 `gtscale baseline ecfp`: RMSE, MAE and MoleculeACE's cliff RMSE, or, on a classification task,
 an SVC on the same kernel scored by ROC-AUC.
 
@@ -18,8 +18,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from gtscale.errors import UserError
-from gtscale.experiments.ecfp import FOLDS, ecfp, save_predictions, selection
-from gtscale.experiments.kernel_svr import fit_kernel_svr, write_kernel_export
+from gtscale.experiments.ecfp import save_predictions
+from gtscale.members.fingerprints import ecfp
+from gtscale.members.kernel_svr import fit_kernel_svr, write_kernel_export
+from gtscale.members.svr import FOLDS, selection
 
 PREDICTIONS = "kernel-{split}.npz"
 LABEL = "ECFP4 + gtscale representation, kernel SVR"
@@ -29,7 +31,7 @@ LABEL_CLASSIFIER = "ECFP4 + gtscale representation, kernel SVC"
 def run_kernel_baseline(shards: Path, backbone: Path, out: Path, split: str = "test", target: str | None = None) -> list[dict]:
     """Choose and fit on the shards' train and valid splits, score `split`; the sweep row (written to out)."""
     from gtscale.experiments.baseline_set import read_baseline_set
-    from gtscale.experiments.sweep import summarize, write_sweep
+    from gtscale.sweep import summarize, write_sweep
     from gtscale.inference import check_record, graph_representation, load_model_export
     from gtscale.models.export import is_model, read_export
 

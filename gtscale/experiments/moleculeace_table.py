@@ -9,12 +9,12 @@ Per set: `gtscale shard moleculeace` (DIR/shards/<set>; an arm with shard option
 as the features arm's --graph-features, gets DIR/shards/<set>-<arm>), then each arm into
 DIR/<set>/<arm>/ as a sweep folder (sweep.json, sweep.md; `gtscale sweep --compare` reads them):
 
-- ecfp: ECFP4 + Tanimoto SVR (experiments/ecfp.py), deterministic, so one seed;
+- ecfp: ECFP4 + Tanimoto SVR (members/svr.py), deterministic, so one seed;
 - kernel: an SVR on an ECFP4 similarity (Tanimoto or MinMax) plus an RBF kernel on the pretrained
   export's (--init-from) graph representation, the backbone frozen, the similarity, kernel weight
   and C chosen like the SVR's C
-  (experiments/kernel_svr.py), deterministic, one seed; both SVRs choose by 5-fold CV over train
-  and valid together and fit on both (ecfp.SELECTION, the MoleculeACE paper's protocol);
+  (members/kernel_svr.py), deterministic, one seed; both SVRs choose by 5-fold CV over train
+  and valid together and fit on both (svr.SELECTION, the MoleculeACE paper's protocol);
 - scratch, finetune, finetune-features: `gtscale sweep` of a training config over --seeds, each
   seed's test metrics at its best-validation checkpoint (configs/tasks/moleculeace-egt-*.yaml;
   --config ARM=YAML replaces one; key=value overrides go to every trained arm, --override
@@ -145,7 +145,7 @@ def cached_rows(folder: Path, config: str | None, overrides: list[str], seeds: l
     its finished runs resuming as finished); a UserError when it holds another (never overwritten).
     `seed_overrides`: run_sweep's, compared seed by seed over the seeds the folder holds; `refit`
     run_sweep's too."""
-    from gtscale.experiments.sweep import read_rows
+    from gtscale.sweep import read_rows
 
     if not (folder / "sweep.json").is_file():
         return None
@@ -170,7 +170,7 @@ def run_set(name: str, out: Path, columns: list[str], arms: dict[str, tuple[Arm,
     """Shard one set and run its arms (`columns`: every arm asked for; `arms`: the trained ones,
     trained_arms; `resplit`, `refit`: the command's options); arm → its sweep rows."""
     from gtscale.experiments.ecfp import run_baseline
-    from gtscale.experiments.sweep import run_sweep
+    from gtscale.sweep import run_sweep
 
     common = shlex.split(shard_args)
     shards = {(): out / "shards" / name}
@@ -180,7 +180,7 @@ def run_set(name: str, out: Path, columns: list[str], arms: dict[str, tuple[Arm,
     if ECFP in columns:
         folder = out / name / ECFP
         cached = cached_rows(folder, None, [], [0])
-        # a table before the blend kept no predictions; one before ecfp.SELECTION chose on valid alone
+        # a table before the blend kept no predictions; one before svr.SELECTION chose on valid alone
         fresh = cached is not None and (folder / PREDICTIONS.format(split="test")).is_file() and selected_now(cached)
         rows[ECFP] = cached if fresh else run_baseline(shards[()], folder, [0], ["svr"])
     if KERNEL in columns:
@@ -225,7 +225,7 @@ def kernel_backbone(init_from: str | None) -> Path:
 def kernel_rows(shards: Path, backbone: Path, folder: Path) -> list[dict]:
     """The kernel arm's sweep rows: read back when `folder` holds them for this backbone, else fitted."""
     from gtscale.experiments.kernel_baseline import run_kernel_baseline
-    from gtscale.experiments.sweep import read_rows
+    from gtscale.sweep import read_rows
 
     if (folder / "sweep.json").is_file():
         rows = read_rows(folder)
@@ -238,8 +238,8 @@ def kernel_rows(shards: Path, backbone: Path, folder: Path) -> list[dict]:
 
 
 def selected_now(rows: list[dict]) -> bool:
-    """Whether an SVR arm's cached rows were chosen by today's protocol (ecfp.SELECTION)."""
-    from gtscale.experiments.ecfp import SELECTION
+    """Whether an SVR arm's cached rows were chosen by today's protocol (svr.SELECTION)."""
+    from gtscale.members.svr import SELECTION
 
     return all(run.get("chosen", {}).get("selection") == SELECTION for run in rows[0]["runs"])
 
@@ -249,8 +249,8 @@ def blend_row(seeds_row: dict, svr_folder: Path, svr_arm: str) -> dict:
     KERNEL; its predictions in `svr_folder`) + the rest × the mean of the seeds' (each at its
     best-validation checkpoint), matched by record idx, scored like a run."""
     from gtscale.experiments import kernel_baseline
-    from gtscale.experiments.ensemble import ensemble
-    from gtscale.experiments.sweep import ensemble_prediction, summarize, with_cliff_rmse
+    from gtscale.members.ensemble import ensemble
+    from gtscale.sweep import ensemble_prediction, summarize, with_cliff_rmse
     from gtscale.train.evaluate import run_config
     from gtscale.train.tasks import evaluate
 

@@ -8,11 +8,11 @@ reads, in one command.
    holds only 0 and 1 (blank cells aside), else regression; `task` names it instead.
 2. The recipe's members: `ecfp` = ECFP4 + Tanimoto SVR and `kernel` = the SVR on an ECFP4
    similarity (Tanimoto or MinMax) + an RBF kernel on a pretrained backbone's representation
-   (experiments/kernel_svr.py; `init_from`, by default the shipped moses-egt), one model per
+   (members/kernel_svr.py; `init_from`, by default the shipped moses-egt), one model per
    target column on the molecules labelled for it (a blank cell leaves the molecule out of that
    column only), each on train ∪ valid with its hyperparameters chosen by 5-fold cross-validation
-   over those molecules (experiments/ecfp.py's SELECTION); a classification's are SVCs, C chosen by ROC-AUC, with
-   Platt's sigmoid fitted on the same folds' out-of-fold decision values (ecfp.calibrate), so that
+   over those molecules (members/svr.py's SELECTION); a classification's are SVCs, C chosen by ROC-AUC, with
+   Platt's sigmoid fitted on the same folds' out-of-fold decision values (svr.calibrate), so that
    they predict probabilities. `finetune` = the backbone fine-tuned by the shipped recipe
    (configs/tasks/FINETUNE_CONFIG; a classification's with loss bce), one run per seed on shards of
    the table (DIR/shards, reused by a rerun), each choosing its step by the best validation score
@@ -151,7 +151,7 @@ class Features:
 def featurize(table: MoleculeTable, backbone, progress: bool) -> Features:
     """ECFP4 counts (and the backbone's representation) of every split; rows a member cannot read are
     left out of all of them, so that members are compared on the same molecules."""
-    from gtscale.experiments.ecfp import ecfp_rows
+    from gtscale.members.fingerprints import ecfp_rows
     from gtscale.inference import graph_representation
 
     rows, counts, z, y, left_out = {}, {}, {}, {}, {}
@@ -179,7 +179,7 @@ def check_target(where: str, name: str, labelled: Features, task: str, on_valid:
     """Enough labelled molecules of target `name` to fit and choose: 10 in train and valid, 2 of
     them in each; for a classification 5 of each class (the stratified folds), and both classes in
     valid when the choice is made there (`on_valid`)."""
-    from gtscale.experiments.ecfp import FOLDS
+    from gtscale.members.svr import FOLDS
 
     for split in ("train", "valid"):
         if len(labelled.rows[split]) < 2:
@@ -223,8 +223,8 @@ class TargetFit:
 
 def svr_members(names: tuple[str, ...], labelled: Features, selection: Selection, record: dict, saved_backbone, task: str) -> list[FittedMember]:
     """The SVR (SVC) members, fitted on train ∪ valid, with their out-of-fold predictions at the selection rows."""
-    from gtscale.experiments.ecfp import fit_svr, selection as rule, write_svr_export
-    from gtscale.experiments.kernel_svr import fit_kernel_svr, write_kernel_export
+    from gtscale.members.svr import fit_svr, selection as rule, write_svr_export
+    from gtscale.members.kernel_svr import fit_kernel_svr, write_kernel_export
 
     classifier = task == "classification"
     pooled_rows = np.concatenate([labelled.rows["train"], labelled.rows["valid"]])
@@ -252,7 +252,7 @@ def finetune_member(table: MoleculeTable, shards: Path, runs: Path, init_from: s
     of `table`, one run per seed (`gtscale sweep`, in `runs`), each at its best-validation
     checkpoint: one head of every target column, its loss over the labelled cells alone
     (train/tasks.task_loss); the valid rows it scored; the seeds' mean output there [n, T])."""
-    from gtscale.experiments.sweep import ensemble_prediction, read_rows, run_sweep, validated_row
+    from gtscale.sweep import ensemble_prediction, read_rows, run_sweep, validated_row
     from gtscale.models.pretrained import export_path
 
     shard_molecules(table, shards, progress)
@@ -293,9 +293,11 @@ def choose(out_of_fold: dict[str, np.ndarray], y: np.ndarray, task: str = "regre
     a classification's highest ROC-AUC, ties broken by the lower log loss (module docstring)."""
     from sklearn.metrics import log_loss, roc_auc_score, root_mean_squared_error
 
+    from gtscale.members.ensemble import ensemble
+
     candidates = dict(out_of_fold)
-    if len(out_of_fold) > 1:
-        candidates[MEAN] = np.mean(list(out_of_fold.values()), axis=0)
+    if len(out_of_fold) > 1:  # the mean predict makes of the members exported together (fit/exports.write_choice)
+        candidates[MEAN] = ensemble(np.stack(list(out_of_fold.values())))[0]
     if task == "classification":
         scores = {name: float(roc_auc_score(y, pred)) for name, pred in candidates.items()}
         losses = {name: float(log_loss(y, pred, labels=[0, 1])) for name, pred in candidates.items()}

@@ -1,4 +1,4 @@
-"""The folders `gtscale fit` writes for `gtscale predict` (members.load_members reads them):
+"""The folders `gtscale fit` writes for `gtscale predict` (members/load.py's load_members reads them):
 
     DIR/members/<member>/   each member's own export: one export folder, or an ensemble export of
                             its parts (ensemble.json and a folder per part: the fine-tuned seeds)
@@ -90,7 +90,7 @@ def write_choice(folder: Path, fitted: dict[str, list[FittedMember]], chosen: li
 
 
 def write_ensemble_record(folder: Path, names: list[str], weights: list[float]) -> None:
-    """ensemble.json: the member folders beside it and their weights (members.load_members)."""
+    """ensemble.json: the member folders beside it and their weights (members/load.py's load_members)."""
     from gtscale.models.export import ENSEMBLE_FILE, ENSEMBLE_FORMAT
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -99,7 +99,7 @@ def write_ensemble_record(folder: Path, names: list[str], weights: list[float]) 
 
 
 def write_targets_record(folder: Path, targets: list[str], members: list[str], shares: list[list[float]]) -> None:
-    """targets.json: the target names, the member folders beside it and each one's share of each target (members.load_targets)."""
+    """targets.json: the target names, the member folders beside it and each one's share of each target (members/load.py's load_targets)."""
     from gtscale.models.export import TARGETS_FILE, TARGETS_FORMAT
 
     tidy(folder, {TARGETS_FILE, *members})

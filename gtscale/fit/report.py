@@ -25,8 +25,8 @@ def score_tests(out: Path, members: list[str], smiles: list[str], y: np.ndarray,
     and model → [n, T] predictions of those molecules; how many test molecules some model did not
     read). The models: each member (DIR/members/<name>) and the chosen one (DIR/export), each
     predicting from its export as `gtscale predict` does."""
-    from gtscale.experiments.ensemble import ensemble
-    from gtscale.members import load_members
+    from gtscale.members.ensemble import ensemble
+    from gtscale.members.load import load_members
     from gtscale.predict import Predictor
 
     folders = {name: out / "members" / name for name in members} | {CHOSEN: out / "export"}

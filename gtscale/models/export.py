@@ -20,7 +20,7 @@ configs (their fields' ranges), export.json against ExportRecord, the two agains
 (one target name, shift and scale per head output; the head's graph features the shards'), and
 every floating tensor finite. A tampered value is one line naming the file and key, never a
 traceback or a blank prediction later. The SVRs' own model.yaml keys and tensors are their
-readers' (experiments/ecfp.py, kernel_svr.py) to check, as they are read.
+readers' (members/svr.py, kernel_svr.py) to check, as they are read.
 The model modules themselves stay free of files; this module is where their weights meet disk.
 """
 
@@ -53,7 +53,7 @@ FILES = (MODEL_FILE, CONFIG_FILE, META_FILE)
 #: An ensemble export (`gtscale fit`'s DIR/export): this file lists the member export folders beside it and their weights.
 ENSEMBLE_FILE, ENSEMBLE_FORMAT = "ensemble.json", "gtscale-ensemble"
 #: An export of several targets (`gtscale fit --target-columns a b`'s DIR/export): this file lists the
-#: targets and, for each, the folder beside it that predicts it (an export of one target: members.load_members).
+#: targets and, for each, the folder beside it that predicts it (an export of one target: members/load.py's load_members).
 TARGETS_FILE, TARGETS_FORMAT = "targets.json", "gtscale-targets"
 #: What marks a folder as an export gtscale wrote (both writers record the parameter count; an ensemble or targets record its format).
 EXPORT_MARKERS = {META_FILE: lambda meta: "parameters" in meta, ENSEMBLE_FILE: lambda record: record.get("format") == ENSEMBLE_FORMAT,
@@ -316,7 +316,7 @@ def check_export(export: Export) -> None:
 
 
 def is_model(model_cfg: dict) -> bool:
-    """Whether a model.yaml describes one of gtscale's models (else an SVR of experiments/)."""
+    """Whether a model.yaml describes one of gtscale's models (else an SVR member of members/)."""
     return isinstance(model_cfg.get("name"), str) and model_cfg["name"] in MODELS
 
 

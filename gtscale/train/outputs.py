@@ -14,8 +14,10 @@ import numpy as np
 BINARY_LOSSES = ("bce", "node_bce")
 
 
-def outputs(y_pred: np.ndarray, loss: str) -> np.ndarray:
-    """float32 probabilities (the sigmoid of the logits) of a binary task; a regression's values as they are."""
+def outputs(y_pred: np.ndarray, loss: str, dtype: type = np.float32) -> np.ndarray:
+    """Probabilities (the sigmoid of the logits) of a binary task; a regression's values as they are.
+    float32 as they are handed out; float64 (`dtype`) where they are only compared (an SVC's
+    out-of-fold probabilities, which choose a fit's model)."""
     if loss in BINARY_LOSSES:
-        return (1.0 / (1.0 + np.exp(-np.asarray(y_pred, np.float64)))).astype(np.float32)
-    return np.asarray(y_pred, np.float32)
+        return (1.0 / (1.0 + np.exp(-np.asarray(y_pred, np.float64)))).astype(dtype)
+    return np.asarray(y_pred, dtype)

@@ -17,8 +17,9 @@ from sklearn.svm import SVC
 
 from export_fixtures import model_export
 from gtscale.cli import main
-from gtscale.experiments.ecfp import SELECTION, SELECTION_CLASSIFIER, SVR_C, ecfp, fit_svr, tanimoto
-from gtscale.experiments.sweep import read_rows
+from gtscale.members.fingerprints import ecfp, tanimoto
+from gtscale.members.svr import SELECTION, SELECTION_CLASSIFIER, SVR_C, fit_svr
+from gtscale.sweep import read_rows
 from gtscale.prep.sources.bundled import read_nci_tpsa
 
 ROWS = 160

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from gtscale.errors import UserError
-from gtscale.experiments.ensemble import ensemble, ensemble_weights
+from gtscale.members.ensemble import ensemble, ensemble_weights
 from gtscale.train.outputs import outputs
 
 

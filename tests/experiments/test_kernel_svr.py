@@ -14,11 +14,12 @@ from sklearn.model_selection import KFold, cross_val_score
 from sklearn.svm import SVR
 
 from gtscale.cli import main
-from gtscale.experiments import kernel_svr
-from gtscale.experiments.ecfp import SELECTION, SVR_C, ecfp, fit_svr, minmax, tanimoto
+from gtscale.members import kernel_svr
+from gtscale.members.fingerprints import ecfp, minmax, tanimoto
+from gtscale.members.svr import SELECTION, SVR_C, fit_svr
 from gtscale.experiments.kernel_baseline import PREDICTIONS
-from gtscale.experiments.kernel_svr import combined, fit_kernel_svr
-from gtscale.experiments.sweep import read_rows
+from gtscale.members.kernel_svr import combined, fit_kernel_svr
+from gtscale.sweep import read_rows
 from gtscale.format.manifest import load_manifest
 from gtscale.format.record_meta import split_smiles
 from gtscale.prep.sources.bundled import read_nci_tpsa

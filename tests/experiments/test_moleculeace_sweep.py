@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from gtscale.cli import main
-from gtscale.experiments import moleculeace
+from gtscale.prep.sources import moleculeace
 from gtscale.format.manifest import load_manifest
 from gtscale.train.evaluate import evaluate_run
 

@@ -15,8 +15,8 @@ import yaml
 from gtscale.cli import main
 from gtscale.errors import UserError
 from gtscale.experiments import moleculeace_table as mt
-from gtscale.experiments.ecfp import SELECTION
-from gtscale.experiments.sweep import ensemble_prediction, read_rows, write_sweep
+from gtscale.members.svr import SELECTION
+from gtscale.sweep import ensemble_prediction, read_rows, write_sweep
 from gtscale.format.manifest import load_manifest
 from gtscale.format.record_meta import split_smiles
 from export_fixtures import model_export
@@ -105,7 +105,7 @@ def test_table_of_ecfp_and_a_trained_arm_with_its_ensemble_and_blends(tmp_path, 
     assert main([*argv, "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == table
     assert (metrics_file.stat().st_mtime_ns, (out / SET / "scratch" / "sweep.json").stat().st_mtime_ns) == before
-    # an SVR fitted by another selection protocol (before ecfp.SELECTION: C on valid alone) is fitted again
+    # an SVR fitted by another selection protocol (before svr.SELECTION: C on valid alone) is fitted again
     ecfp_json = out / SET / "ecfp" / "sweep.json"
     old = json.loads(ecfp_json.read_text())
     del old["rows"][0]["runs"][0]["chosen"]["selection"]

@@ -12,7 +12,8 @@ import torch
 from sklearn.svm import SVR
 
 from gtscale.cli import main
-from gtscale.experiments.ecfp import TanimotoSVR, ecfp, ecfp_rows, tanimoto, write_svr_export
+from gtscale.members.fingerprints import ecfp, ecfp_rows, tanimoto
+from gtscale.members.svr import TanimotoSVR, write_svr_export
 from gtscale.prep.sources.bundled import read_nci_tpsa
 
 MANIFEST = {"dataset": "moleculeace-CHEMBL0_Ki-seed0", "task": {"type": "graph", "target_names": ["y"]}}
@@ -214,8 +215,8 @@ def test_a_tampered_kernel_svr_tensor_is_refused(kernel, tmp_path, capsys, name,
 def test_a_minmax_kernel_export_keeps_the_counts_and_predicts_its_closed_form(tmp_path):
     from export_fixtures import SMILES, kernel_export, model_export
 
-    from gtscale.experiments.ecfp import ecfp
-    from gtscale.experiments.kernel_svr import read_kernel_export
+    from gtscale.members.fingerprints import ecfp
+    from gtscale.members.kernel_svr import read_kernel_export
     from gtscale.inference import graph_representation, load_model_export
     from gtscale.models.export import read_export
 

@@ -3,7 +3,7 @@
 import sys
 from pathlib import Path
 
-from gtscale.experiments.sweep import train_command
+from gtscale.sweep import train_command
 
 
 def test_each_seed_sets_init_and_data_order_seed_and_its_own_run_dir():

@@ -9,7 +9,7 @@ import pytest
 from gtscale.cli import main
 from gtscale.errors import UserError
 from gtscale.cli.sweep import split_seeds
-from gtscale.experiments.sweep import markdown_table, summarize, write_sweep
+from gtscale.sweep import markdown_table, summarize, write_sweep
 
 
 def runs(*values: dict) -> list[dict]:

@@ -308,7 +308,9 @@ def fuzz_members(trained, tmp_path_factory):
     POOL molecule predicted alone)."""
     from sklearn.svm import SVR
 
-    from gtscale.experiments.ecfp import TanimotoSVR, ecfp, tanimoto, write_svr_export
+    from gtscale.members.fingerprints import ecfp, tanimoto
+
+    from gtscale.members.svr import TanimotoSVR, write_svr_export
 
     root = tmp_path_factory.mktemp("fuzz")
     table = read_nci_tpsa()

@@ -1,23 +1,23 @@
 """An SVR on two kernels, a fingerprint similarity S of ECFP4 and an RBF kernel on what a
-pretrained gtscale model makes of each molecule, and its export: the model of `gtscale baseline
-kernel` (experiments/kernel_baseline.py), which `gtscale predict` reads.
+pretrained gtscale model makes of each molecule, and its export: the kernel member `gtscale fit`
+and `gtscale baseline kernel` fit, which `gtscale predict` reads.
 
     k(a, b) = (S(ecfp_a, ecfp_b) + w · exp(-γ ‖z_a − z_b‖²)) / (1 + w)
 
 S is the Tanimoto similarity of the ECFP4 bits (the MoleculeACE paper's SVM) or the MinMax
-similarity of their counts (how often each bit is hit; ecfp.minmax, Tanimoto's on bits). z is the
-export's pooled graph representation (the input of its task head, inference.graph_representation),
+similarity of their counts (how often each bit is hit; fingerprints.minmax, Tanimoto's on bits).
+z is the export's pooled graph representation (the input of its task head, inference.graph_representation),
 featurised as the export's own shards were, standardised per dimension with the fitted molecules'
 mean and std; γ = 1 / the median squared distance between them (the median heuristic, fixed, not
 tuned). The backbone stays frozen: nothing of it is trained on the set, so a set of a few hundred
 molecules fits only the SVR's dual coefficients. S, w (Tanimoto with w = 0 is the plain ECFP4 SVR)
-and C are chosen together the way the ECFP baseline chooses C (ecfp.selection: 5-fold
+and C are chosen together the way the ECFP SVR chooses C (svr.selection: 5-fold
 cross-validation over train ∪ valid, then one fit on all of them: the fitted molecules above). On
 a classification task the same kernel feeds an SVC, chosen by ROC-AUC, with Platt's sigmoid fitted
-on its out-of-fold decision values (ecfp.calibrate): its logits become probabilities.
+on its out-of-fold decision values (svr.calibrate): its logits become probabilities.
 
 The export (model.yaml `name: kernel-svr`; a calibrated SVC's `kernel-svc`, with tensor `platt` and
-task loss bce, as ecfp.write_svr_export; `similarity` names S, Tanimoto where it is absent) carries
+task loss bce, as svr.write_svr_export; `similarity` names S, Tanimoto where it is absent) carries
 the backbone it reads: model.pt holds the backbone export's tensors under `backbone.` beside the
 SVR's (the support molecules' ECFP4, Tanimoto's as packed bits, MinMax's as uint8 counts; their
 standardised representations, dual coefficients, intercept, the statistics that standardise z),
@@ -35,8 +35,9 @@ import numpy as np
 
 from gtscale.config import ranged
 from gtscale.errors import UserError
-from gtscale.experiments.ecfp import (BITS, EXPORT_TASKS, RADIUS, calibrate, fold_predictions, minmax, platt_logit, platt_tensor, pooled,
-                                      read_platt, read_svr_config, search_c, tanimoto)
+from gtscale.members.fingerprints import BITS, RADIUS, minmax, tanimoto
+from gtscale.members.svr import (EXPORT_TASKS, calibrate, fold_predictions, platt_logit, platt_tensor, pooled, read_platt, read_svr_config,
+                                 search_c)
 
 #: The fingerprint similarities S tried, each on the molecules' ECFP4 counts (Tanimoto reads their
 #: bits, the counts that are not 0); ties go to the first.
@@ -72,7 +73,7 @@ class KernelSVR:
     gamma: float  # γ
     z_mean: np.ndarray  # [d] statistics of the fitted molecules that standardise z
     z_std: np.ndarray
-    platt: tuple[float, float] | None = None  # a calibrated SVC's sigmoid (A, B) (ecfp.platt_logit); None for an SVR
+    platt: tuple[float, float] | None = None  # a calibrated SVC's sigmoid (A, B) (svr.platt_logit); None for an SVR
     similarity: Literal["tanimoto", "minmax"] = "tanimoto"  # S
     cv_rmse: float = float("nan")  # the chosen (S, w, C)'s mean RMSE over the cross-validation folds (fitting only; not exported)
     cv_rocauc: float = float("nan")  # a classifier's: the chosen (S, w, C)'s mean ROC-AUC over the folds (fitting only; not exported)
@@ -98,10 +99,10 @@ def combined(counts_a, z_a, counts_b, z_b, weight: float, gamma: float, similari
 
 
 def fit_kernel_svr(counts: dict, z: dict, y: dict, out_of_fold: bool = False, classifier: bool = False) -> KernelSVR:
-    """The SVR (`classifier`: SVC with Platt's sigmoid, ecfp.calibrate) on train ∪ valid, (S, w, C)
-    chosen by cross-validation like the ECFP SVR's C (ecfp.selection; ties: the first of
+    """The SVR (`classifier`: SVC with Platt's sigmoid, svr.calibrate) on train ∪ valid, (S, w, C)
+    chosen by cross-validation like the ECFP SVR's C (svr.selection; ties: the first of
     SIMILARITIES × WEIGHTS × SVR_C); z standardised and γ set on the same molecules. `counts`: ECFP4
-    counts (ecfp.ecfp_rows). With `out_of_fold`, also each molecule's output (a classifier's:
+    counts (fingerprints.ecfp_rows). With `out_of_fold`, also each molecule's output (a classifier's:
     probability) by the chosen (S, w, C) fitted on the other folds."""
     counts, z, y = pooled(counts), pooled(z), pooled(y)
     mean, std = z.mean(0), z.std(0) + 1e-6
@@ -147,8 +148,8 @@ class KernelExportConfig:
     with every export's model config (models/export.check_export)."""
 
     name: Literal["kernel-svr", "kernel-svc"]
-    radius: int  # of the Morgan fingerprints: ecfp.RADIUS
-    bits: int  # ecfp.BITS
+    radius: int  # of the Morgan fingerprints: fingerprints.RADIUS
+    bits: int  # fingerprints.BITS
     backbone: dict
     C: float = ranged(low=0, low_open=True)
     weight: float = ranged(low=0)  # w of the representation kernel

@@ -1,10 +1,9 @@
 """The members an ensemble is made of, read from export folders: a fine-tuned model
-(inference.LoadedExport), an ECFP + SVR or calibrated SVC (`gtscale baseline ecfp`'s export) or a
-kernel SVR (SVC) on a backbone's representation (`gtscale baseline kernel`'s), or several targets'
-exports side by side (`gtscale fit --target-columns`'s). Each answers `predict(molecules,
-batch_size) → (outputs [n, T], reasons)` for a chunk of SMILES, so that predict, fit and the tables
-ensemble them alike (experiments/ensemble.py). A top-level module like inference.py, which it
-extends, and predict.py, which it serves.
+(inference.LoadedExport), an ECFP + SVR or calibrated SVC (svr.py's export) or a kernel SVR (SVC)
+on a backbone's representation (kernel_svr.py's), or several targets' exports side by side
+(`gtscale fit --target-columns`'s). Each answers `predict(molecules, batch_size) → (outputs [n, T],
+reasons)` for a chunk of SMILES, so that predict, fit and the tables ensemble them alike
+(ensemble.py).
 """
 
 from __future__ import annotations
@@ -18,10 +17,11 @@ import numpy as np
 
 from gtscale.config import from_dict
 from gtscale.errors import UserError
-from gtscale.experiments.ensemble import ensemble, ensemble_weights
-from gtscale.experiments.ecfp import SVC_EXPORT_NAME, SVR_EXPORT_NAME, TanimotoSVR, ecfp_rows, read_svr_export
-from gtscale.experiments.kernel_svr import KERNEL_EXPORT_NAME, KERNEL_SVC_EXPORT_NAME, KernelSVR, read_kernel_export
 from gtscale.inference import LoadedExport, Molecules, check_record, graph_representation, load_model_export
+from gtscale.members.ensemble import ensemble, ensemble_weights
+from gtscale.members.fingerprints import ecfp_rows
+from gtscale.members.kernel_svr import KERNEL_EXPORT_NAME, KERNEL_SVC_EXPORT_NAME, KernelSVR, read_kernel_export
+from gtscale.members.svr import SVC_EXPORT_NAME, SVR_EXPORT_NAME, TanimotoSVR, read_svr_export
 from gtscale.prep.molecule_limits import DEFAULT_MAX_ATOMS
 from gtscale.train.config import TaskConfig
 from gtscale.train.outputs import outputs
@@ -41,7 +41,7 @@ class Member(Protocol):
 
 @dataclass
 class FingerprintMember:
-    """An ECFP + SVR (SVC) export (experiments/ecfp.py wrote it)."""
+    """An ECFP + SVR (SVC) export (svr.write_svr_export wrote it)."""
 
     path: Path
     svr: TanimotoSVR
@@ -57,7 +57,7 @@ class FingerprintMember:
 
 @dataclass
 class KernelMember:
-    """A kernel SVR (SVC) export (experiments/kernel_svr.py): the SVR and the backbone whose graph
+    """A kernel SVR (SVC) export (kernel_svr.py): the SVR and the backbone whose graph
     representation it reads."""
 
     path: Path

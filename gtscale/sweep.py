@@ -11,7 +11,7 @@ best-validation checkpoint on the test split, exported as `gtscale export` does 
 <run_dir>/seed-S/export (what `gtscale predict` reads); for MoleculeACE shards the activity-cliff
 RMSE is added. <run_dir>/sweep.json holds every run's metrics and their mean ± sample std (ddof 1),
 <run_dir>/sweep.md the same as a Markdown table; with several seeds a second row scores their
-ensemble (the mean prediction, experiments/ensemble.py) on the same split (graph tasks). `--collect`
+ensemble (the mean prediction, members/ensemble.py) on the same split (graph tasks). `--collect`
 skips training (after the runs were trained elsewhere, e.g. as the SLURM array of
 slurm/sweep.sbatch).
 
@@ -108,7 +108,7 @@ def train_command(config: str, overrides: list[str], seed: int, run_dir: Path, n
 def with_cliff_rmse(metrics: dict, shards: str | None, split: str, idx: np.ndarray, y_pred: np.ndarray, y_true: np.ndarray) -> dict:
     """`metrics` plus MoleculeACE's activity-cliff RMSE when the shards are a MoleculeACE set
     (records `idx` of `split`)."""
-    from gtscale.experiments import moleculeace
+    from gtscale.prep.sources import moleculeace
 
     if shards is not None and moleculeace.is_moleculeace(shards):
         metrics = metrics | {"cliff_rmse": moleculeace.cliff_rmse(shards, split, idx, y_pred, y_true)}
@@ -202,7 +202,7 @@ def train_seed(config: str, overrides: list[str], seed: int, run_dir: Path, npro
 
 def ensemble_row(row: dict) -> dict | None:
     """The ensemble of a sweep row's seeds as a row of its own: each seed's `split` predictions at
-    its best-validation checkpoint (RUN/eval/<split>-<tag>.npz), averaged (ensemble.py), scored
+    its best-validation checkpoint (RUN/eval/<split>-<tag>.npz), averaged (members/ensemble.py), scored
     like one run (+ cliff RMSE on MoleculeACE). None for node tasks, whose Macro-F1 threshold is
     chosen per model on validation."""
     from gtscale.train.evaluate import run_config
@@ -224,10 +224,10 @@ def validated_row(row: dict) -> dict:
 
 
 def ensemble_prediction(row: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(idx, the seeds' ensemble of outputs (experiments/ensemble.py), targets) of a sweep row's
+    """(idx, the seeds' ensemble of outputs (members/ensemble.py), targets) of a sweep row's
     seeds on its split, each seed at its best-validation checkpoint (RUN/eval/<split>-<tag>.npz);
     the seeds must have scored the same samples."""
-    from gtscale.experiments.ensemble import ensemble
+    from gtscale.members.ensemble import ensemble
     from gtscale.train.evaluate import run_config
     from gtscale.train.outputs import outputs
 

@@ -26,9 +26,9 @@ def ensemble_weights(weights: list[float] | np.ndarray | None, members: int, opt
 
 
 def ensemble(values: np.ndarray, weights: list[float] | np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(weighted mean, weighted standard deviation (ddof 0)) over the members of outputs
-    [members, n, T] → float64 [n, T] each; NaN where any member has none."""
-    w = ensemble_weights(weights, values.shape[0])[:, None, None]
+    """(weighted mean, weighted standard deviation (ddof 0)) over the members (the first axis) of
+    outputs [members, n, T] (or [members, n]) → float64 [n, T] ([n]) each; NaN where any member has none."""
+    w = ensemble_weights(weights, values.shape[0]).reshape(-1, *[1] * (values.ndim - 1))
     v = values.astype(np.float64)
     mean = (w * v).sum(axis=0)
     return mean, np.sqrt((w * (v - mean) ** 2).sum(axis=0))
