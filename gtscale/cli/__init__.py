@@ -50,6 +50,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "loader": ("gtscale.cli.bench.loader", "decode + collate graphs/s per worker and padding efficiency"),
     "model": ("gtscale.cli.bench.model", "forward+backward graphs/s and peak memory of a model"),
     "train": ("gtscale.cli.bench.train", "training-loop graphs/s against the model alone on pre-collated batches"),
+    "fit": ("gtscale.cli.bench.fit", "gtscale fit's time, memory and test metric by molecules × target columns (labelled MOSES)"),
     "graph": ("gtscale.cli.bench.graph", "huge-graph CSR build, store open, ego/induced sampling vs scipy + Python BFS"),
     "graph-sampling": ("gtscale.cli.bench.graph_sampling",
                        "features-only, induced and fan-out training on neighbour-dependent labels: test AUROC sampled and full, targets/s, memory"),

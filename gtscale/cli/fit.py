@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 
 from gtscale.fit import DEFAULT_BACKBONE, DEFAULT_RECIPE, RECIPES, TASKS, fit
+from gtscale.fit.plan import DEFAULT_BUDGET
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,9 +26,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="one CSV: random (seeded 80/10/10), scaffold (Bemis-Murcko, balanced) or column:NAME "
                         "(a column naming each row's split: train, valid, test); default random")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random or scaffold split (default 0)")
-    parser.add_argument("--recipe", choices=list(RECIPES), default=DEFAULT_RECIPE,
-                        help="which members to fit: " + "; ".join(f"{k} = {' + '.join(v)}" for k, v in RECIPES.items())
-                        + f" (default {DEFAULT_RECIPE})")
+    parser.add_argument("--recipe", choices=["auto", *RECIPES], default=DEFAULT_RECIPE,
+                        help="which members to fit: auto = by the set's size and --budget (the exact kernel members on small sets, the "
+                        "landmark kernel model and the fine-tuned transformer on large ones); "
+                        + "; ".join(f"{k} = {' + '.join(v)}" for k, v in RECIPES.items()) + f" (default {DEFAULT_RECIPE})")
+    parser.add_argument("--budget", type=float, default=DEFAULT_BUDGET, metavar="CPU_MINUTES",
+                        help=f"the CPU minutes --recipe auto plans the members for (default {DEFAULT_BUDGET:g}: 40 k molecules on 2 cores "
+                        "in about 20 minutes)")
     parser.add_argument("--init-from", default=DEFAULT_BACKBONE,
                         help=f"the backbone whose representation the kernel member reads: an export folder or a shipped name (default {DEFAULT_BACKBONE})")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="fine-tuned member: one run per seed (default 0 1 2)")
@@ -45,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     report = fit([Path(p) for p in args.inputs], out, smiles_column=args.smiles_column, target_columns=columns(args.target_columns), task=args.task,
                  split=args.split, seed=args.seed, recipe=args.recipe, init_from=args.init_from, seeds=tuple(args.seeds),
-                 finetune_overrides=tuple(args.finetune_overrides), progress=not args.no_progress)
+                 finetune_overrides=tuple(args.finetune_overrides), progress=not args.no_progress, budget=args.budget)
     print((out / "report.md").read_text(), end="")
     print(f"wrote {out / 'export'} (gtscale predict reads it) and {out / 'report.json'} in {report['seconds']} s")
     return 0

@@ -26,10 +26,16 @@ from gtscale.members.svr import FOLDS, selection
 PREDICTIONS = "kernel-{split}.npz"
 LABEL = "ECFP4 + gtscale representation, kernel SVR"
 LABEL_CLASSIFIER = "ECFP4 + gtscale representation, kernel SVC"
+#: The same kernel on landmark molecules (members/landmark.py): `model="landmark"`.
+LANDMARK_PREDICTIONS = "landmark-{split}.npz"
+LANDMARK_LABEL = "ECFP4 + gtscale representation, landmark kernel ridge"
 
 
-def run_kernel_baseline(shards: Path, backbone: Path, out: Path, split: str = "test", target: str | None = None) -> list[dict]:
-    """Choose and fit on the shards' train and valid splits, score `split`; the sweep row (written to out)."""
+def run_kernel_baseline(shards: Path, backbone: Path, out: Path, split: str = "test", target: str | None = None, model: str = "kernel") -> list[dict]:
+    """Choose and fit on the shards' train and valid splits, score `split`; the sweep row (written to
+    out). `model`: the kernel SVR, or "landmark", the landmark kernel model of the same kernel
+    (members/landmark.py: ridge on m landmark molecules, chosen by its own cross-validation over
+    train and valid; an SVC's and a classifier's predictions are logits)."""
     from gtscale.experiments.baseline_set import read_baseline_set
     from gtscale.sweep import summarize, write_sweep
     from gtscale.inference import check_record, graph_representation, load_model_export
@@ -48,15 +54,35 @@ def run_kernel_baseline(shards: Path, backbone: Path, out: Path, split: str = "t
         rejected = next((i for i, why in enumerate(reasons) if why), None)
         if rejected is not None:
             raise UserError(f"{shards}: {name} molecule {molecules.smiles[rejected]!r} is rejected by {backbone}'s featurisation ({reasons[rejected]})")
-    svr = fit_kernel_svr(counts, z, y, classifier=data.classification)
-    pred = svr.predict(counts["test"], z["test"])
-    save_predictions(out / PREDICTIONS.format(split=split), data.splits["test"].idx, pred, y["test"])
-    write_kernel_export(out / "export", svr, saved, data.export_manifest())
-    score = {"cv_rocauc": svr.cv_rocauc} if data.classification else {"cv_rmse": svr.cv_rmse}
-    chosen = {"C": svr.C, "similarity": svr.similarity, "weight": svr.weight, "gamma": svr.gamma, "selection": selection(data.classification), **score}
+    if model == "landmark":
+        pred, chosen = landmark_fit(counts, z, y, data, saved, out)
+        label = LANDMARK_LABEL
+    else:
+        svr = fit_kernel_svr(counts, z, y, classifier=data.classification)
+        pred = svr.predict(counts["test"], z["test"])
+        write_kernel_export(out / "export", svr, saved, data.export_manifest())
+        score = {"cv_rocauc": svr.cv_rocauc} if data.classification else {"cv_rmse": svr.cv_rmse}
+        chosen = {"C": svr.C, "similarity": svr.similarity, "weight": svr.weight, "gamma": svr.gamma, "selection": selection(data.classification), **score}
+        label = LABEL_CLASSIFIER if data.classification else LABEL
+    predictions = LANDMARK_PREDICTIONS if model == "landmark" else PREDICTIONS
+    save_predictions(out / predictions.format(split=split), data.splits["test"].idx, pred, y["test"])
     runs = [{"seed": 0, "chosen": chosen, "metrics": data.metrics(pred)}]
-    label = LABEL_CLASSIFIER if data.classification else LABEL
     result = [{"label": label, "shards": str(shards), "backbone": str(backbone), "split": split, "target": data.target, "runs": runs,
                "summary": summarize(runs)}]
     write_sweep(out, result)
     return result
+
+
+def landmark_fit(counts: dict, z: dict, y: dict, data, backbone, out: Path):
+    """(test predictions, what was chosen) of the landmark kernel model fitted on train ∪ valid; its export in out/export."""
+    import numpy as np
+
+    from gtscale.members.landmark import LANDMARKS, fit_landmark, write_landmark_export
+    from gtscale.members.svr import pooled
+
+    fitted = fit_landmark(pooled(counts), pooled(z), pooled(y)[:, None], data.classification)
+    write_landmark_export(out / "export", fitted, backbone, data.export_manifest())
+    chosen = {"similarity": fitted.kernel.similarity, "weight": fitted.kernel.weight, "gamma": fitted.kernel.gamma, "alpha": float(fitted.alpha[0]),
+              "landmarks": min(LANDMARKS, len(fitted.kernel.counts)), "selection": selection(data.classification),
+              ("cv_rocauc" if data.classification else "cv_rmse"): float(fitted.cv_score[0])}
+    return np.asarray(fitted.predict(counts["test"], z["test"])[:, 0]), chosen

@@ -15,6 +15,8 @@ DIR/<set>/<arm>/ as a sweep folder (sweep.json, sweep.md; `gtscale sweep --compa
   and C chosen like the SVR's C
   (members/kernel_svr.py), deterministic, one seed; both SVRs choose by 5-fold CV over train
   and valid together and fit on both (svr.SELECTION, the MoleculeACE paper's protocol);
+- landmark: the kernel arm's kernel on m landmark molecules with ridge (members/landmark.py, what
+  `gtscale fit` runs on large sets), chosen by its own 5-fold CV over train and valid, one seed;
 - scratch, finetune, finetune-features: `gtscale sweep` of a training config over --seeds, each
   seed's test metrics at its best-validation checkpoint (configs/tasks/moleculeace-egt-*.yaml;
   --config ARM=YAML replaces one; key=value overrides go to every trained arm, --override
@@ -82,8 +84,8 @@ ARMS = {
     "finetune": Arm(str(CONFIG_ROOT / "tasks" / "moleculeace-egt-finetune.yaml")),
     "finetune-features": Arm(str(CONFIG_ROOT / "tasks" / "moleculeace-egt-finetune.yaml"), ("--graph-features", "morgan2048")),
 }
-ECFP, KERNEL, ENSEMBLE, BLEND, BLEND_KERNEL = "ecfp", "kernel", "ensemble", "blend", "blend-kernel"
-ALL_ARMS = (ECFP, KERNEL, *ARMS, ENSEMBLE, BLEND, BLEND_KERNEL)
+ECFP, KERNEL, LANDMARK, ENSEMBLE, BLEND, BLEND_KERNEL = "ecfp", "kernel", "landmark", "ensemble", "blend", "blend-kernel"
+ALL_ARMS = (ECFP, KERNEL, LANDMARK, *ARMS, ENSEMBLE, BLEND, BLEND_KERNEL)
 #: A blend column → the SVR arm whose test predictions it averages with the ensemble of seeds.
 BLEND_PARTNERS = {BLEND: ECFP, BLEND_KERNEL: KERNEL}
 #: A blend's weight on its SVR (the ensemble of seeds has the rest).
@@ -175,7 +177,7 @@ def run_set(name: str, out: Path, columns: list[str], arms: dict[str, tuple[Arm,
     common = shlex.split(shard_args)
     shards = {(): out / "shards" / name}
     rows: dict[str, list[dict]] = {}
-    if ECFP in columns or KERNEL in columns or any(not arm.shard_args for arm, _ in arms.values()):
+    if {ECFP, KERNEL, LANDMARK} & set(columns) or any(not arm.shard_args for arm, _ in arms.values()):
         shard_set(name, shards[()], split_seed, common)
     if ECFP in columns:
         folder = out / name / ECFP
@@ -183,8 +185,9 @@ def run_set(name: str, out: Path, columns: list[str], arms: dict[str, tuple[Arm,
         # a table before the blend kept no predictions; one before svr.SELECTION chose on valid alone
         fresh = cached is not None and (folder / PREDICTIONS.format(split="test")).is_file() and selected_now(cached)
         rows[ECFP] = cached if fresh else run_baseline(shards[()], folder, [0], ["svr"])
-    if KERNEL in columns:
-        rows[KERNEL] = kernel_rows(shards[()], kernel_backbone(init_from), out / name / KERNEL)
+    for kernel_arm in (KERNEL, LANDMARK):
+        if kernel_arm in columns:
+            rows[kernel_arm] = kernel_rows(shards[()], kernel_backbone(init_from), out / name / kernel_arm, kernel_arm)
     for arm_name, (arm, overrides) in arms.items():
         shard_options = [*common, *arm.shard_args]
         if arm.shard_args not in shards:
@@ -222,19 +225,19 @@ def kernel_backbone(init_from: str | None) -> Path:
         raise UserError(f"--arms kernel: reads a pretrained export; {err}") from None
 
 
-def kernel_rows(shards: Path, backbone: Path, folder: Path) -> list[dict]:
-    """The kernel arm's sweep rows: read back when `folder` holds them for this backbone, else fitted."""
+def kernel_rows(shards: Path, backbone: Path, folder: Path, arm: str = KERNEL) -> list[dict]:
+    """The kernel (or landmark) arm's sweep rows: read back when `folder` holds them for this backbone, else fitted."""
     from gtscale.experiments.kernel_baseline import run_kernel_baseline
     from gtscale.sweep import read_rows
 
     if (folder / "sweep.json").is_file():
         rows = read_rows(folder)
         if rows[0].get("backbone") != str(backbone):
-            raise UserError(f"{folder}: holds the kernel arm of backbone {rows[0].get('backbone')!r}, not {backbone}; choose another --out or remove it")
+            raise UserError(f"{folder}: holds the {arm} arm of backbone {rows[0].get('backbone')!r}, not {backbone}; choose another --out or remove it")
         if selected_now(rows):
             return rows
-    print(f"moleculeace-table: {shards.name} {KERNEL}", file=sys.stderr, flush=True)
-    return run_kernel_baseline(shards, backbone, folder)
+    print(f"moleculeace-table: {shards.name} {arm}", file=sys.stderr, flush=True)
+    return run_kernel_baseline(shards, backbone, folder, model=arm)
 
 
 def selected_now(rows: list[dict]) -> bool:
@@ -301,7 +304,8 @@ def build_table(per_set: dict[str, dict[str, list[dict]]], columns: list[str], e
 
 
 def column_label(column: str, ensemble_of: str | None) -> str:
-    return {ECFP: "ECFP4 + SVR", KERNEL: "ECFP4 + gtscale kernel SVR", ENSEMBLE: f"ensemble ({ensemble_of})", BLEND: f"blend (ensemble of {ensemble_of} + SVR)",
+    return {ECFP: "ECFP4 + SVR", KERNEL: "ECFP4 + gtscale kernel SVR", LANDMARK: "ECFP4 + gtscale landmark kernel ridge",
+            ENSEMBLE: f"ensemble ({ensemble_of})", BLEND: f"blend (ensemble of {ensemble_of} + SVR)",
             BLEND_KERNEL: f"blend (ensemble of {ensemble_of} + kernel SVR)"}.get(column, column)
 
 
@@ -357,7 +361,7 @@ def moleculeace_table(out: Path, *, sets: list[str] | None = None, arms: list[st
     for blend, partner in BLEND_PARTNERS.items():
         if blend in arms and partner not in arms:
             raise UserError(f"--arms {blend}: averages the ensemble with {column_label(partner, None)}; add {partner} to --arms")
-    if KERNEL in arms:
+    if {KERNEL, LANDMARK} & set(arms):
         kernel_backbone(init_from)  # refused before any set is sharded
     with contextlib.redirect_stdout(sys.stderr):  # progress and the sweeps' reports: stdout is the table
         per_set = {name: run_set(name, out, arms, trained, seeds, split_seed, shard_args, nproc, ensemble_of, init_from, resplit, refit)

@@ -49,17 +49,23 @@ import numpy as np
 
 from gtscale.errors import UserError
 from gtscale.fit.exports import MEAN, FittedMember, copy_export, write_choice, write_member
+from gtscale.fit.plan import DEFAULT_BUDGET, Plan, plan
+from gtscale.fit.scalable import forest_baseline, landmark_member
 from gtscale.fit.report import (FIGURES, REPORT, REPORT_FORMAT, REPORT_MD, TEST_PREDICTIONS, model_labels, report_markdown, score_tests,
                                 write_figure, write_test_predictions)
 from gtscale.io import atomic_write_text, claim_out_dir
 from gtscale.prep.sources.base import MoleculeTable, scaffold_split
 
 #: recipe → the members it fits (the default: the best arm measured in docs/results/moleculeace-table.md)
+#: (auto: by the set's size and the budget, fit/plan.py; forest is the large sets' baseline, scored, never chosen)
 RECIPES: dict[str, tuple[str, ...]] = {"kernel": ("ecfp", "kernel"), "ecfp": ("ecfp",), "finetune": ("ecfp", "finetune"),
-                                       "all": ("ecfp", "kernel", "finetune")}
+                                       "all": ("ecfp", "kernel", "finetune"), "landmark": ("forest", "landmark"),
+                                       "large": ("forest", "landmark", "finetune")}
+#: Members fitted once for every target column (one model, masked labels), chosen among on the valid split.
+ALL_TARGET_MEMBERS = ("landmark", "finetune")
 #: The fine-tuning recipe of the finetune member (gtscale/configs/tasks/), from the backbone --init-from names.
 FINETUNE_CONFIG = "moleculeace-egt-finetune.yaml"
-DEFAULT_RECIPE = "kernel"
+DEFAULT_RECIPE = "auto"
 DEFAULT_BACKBONE = "moses-egt"
 SPLITS = ("train", "valid", "test")
 TASKS = ("regression", "classification")
@@ -231,6 +237,7 @@ def svr_members(names: tuple[str, ...], labelled: Features, selection: Selection
     at = at_rows(pooled_rows, selection.rows)
     fitted = []
     for name in names:
+        began = cpu_seconds()
         if name == "ecfp":
             svr = fit_svr({s: (c > 0).astype(np.uint8) for s, c in labelled.counts.items()}, labelled.y, out_of_fold=True, classifier=classifier)
             writers = {name: lambda folder, svr=svr: write_svr_export(folder, svr, record)}
@@ -242,12 +249,13 @@ def svr_members(names: tuple[str, ...], labelled: Features, selection: Selection
         else:
             continue
         chosen |= {"selection": rule(classifier)} | ({"cv_rocauc": svr.cv_rocauc, "platt": list(svr.platt)} if classifier else {"cv_rmse": svr.cv_rmse})
+        chosen["cpu_seconds"] = round(cpu_seconds() - began, 1)
         fitted.append(FittedMember(name, writers, [1.0], svr.cv_predictions[at], chosen))
     return fitted
 
 
 def finetune_member(table: MoleculeTable, shards: Path, runs: Path, init_from: str, seeds: list[int], overrides: list[str],
-                    progress: bool) -> tuple[FittedMember, np.ndarray, np.ndarray]:
+                    progress: bool, refit: bool = True) -> tuple[FittedMember, np.ndarray, np.ndarray]:
     """(the shipped fine-tuning recipe (configs/tasks/FINETUNE_CONFIG) from `init_from` on the shards
     of `table`, one run per seed (`gtscale sweep`, in `runs`), each at its best-validation
     checkpoint: one head of every target column, its loss over the labelled cells alone
@@ -259,13 +267,13 @@ def finetune_member(table: MoleculeTable, shards: Path, runs: Path, init_from: s
     config = Path(__file__).resolve().parent.parent / "configs" / "tasks" / FINETUNE_CONFIG
     quiet = [] if progress else ["logging.progress=false"]  # --no-progress reaches the training runs' bars too
     run_overrides = [f"data.shards={shards}", f"run_dir={runs}", f"init_from={export_path(init_from)}", *quiet, *overrides]
-    base = run_sweep(str(config), run_overrides, seeds, 1, "valid", "finetune", refit=True)
+    base = run_sweep(str(config), run_overrides, seeds, 1, "valid", "finetune", refit=refit)
     row = read_rows(base)[0]
-    idx, mean, _ = ensemble_prediction(validated_row(row))  # the refits trained on valid: the choice reads the validated runs
+    idx, mean, _ = ensemble_prediction(validated_row(row) if refit else row)  # the refits trained on valid: the choice reads the validated runs
     writers = {f"finetune-seed-{run['seed']}": lambda folder, source=Path(run["export"]): copy_export(source, folder) for run in row["runs"]}
     chosen = {"config": FINETUNE_CONFIG, "overrides": overrides, "seeds": seeds, "init_from": str(init_from),
-              "best_valid": [run["best_valid"] for run in row["runs"]], "steps": [run["refit_step"] for run in row["runs"]],
-              "refit": "train + valid"}
+              "best_valid": [run["best_valid"] for run in row["runs"]]}
+    chosen |= {"steps": [run["refit_step"] for run in row["runs"]], "refit": "train + valid"} if refit else {"refit": "none: the best-validation checkpoint"}
     member = FittedMember("finetune", writers, [1.0] * len(writers), np.empty(0), chosen, all_targets=True)
     return member, idx, mean
 
@@ -307,15 +315,17 @@ def choose(out_of_fold: dict[str, np.ndarray], y: np.ndarray, task: str = "regre
 
 
 def fit_target(t: int, labelled: Features, task: str, names: tuple[str, ...], record: dict, saved_backbone,
-               finetuned: tuple[FittedMember, np.ndarray, np.ndarray] | None) -> TargetFit:
-    """Target t's members, fitted on its labelled molecules (the fine-tuned member, `finetuned`,
-    was fitted on every target at once: its column t is read), and the candidate chosen among them."""
+               shared: list[tuple[FittedMember, np.ndarray, np.ndarray]]) -> TargetFit:
+    """Target t's members, fitted on its labelled molecules (the members in `shared` were fitted on
+    every target at once, each with its valid rows and outputs there: their column t is read), and
+    the candidate chosen among them."""
     fitted = []
-    if finetuned is not None:
-        member, scored_rows, scored = finetuned
-        rows = np.intersect1d(labelled.rows["valid"], scored_rows)
+    if shared:
+        rows = labelled.rows["valid"]
+        for _, scored_rows, _ in shared:
+            rows = np.intersect1d(rows, scored_rows)
         selection = Selection(rows, labelled.y["valid"][at_rows(labelled.rows["valid"], rows)], f"{BEST[task]} on the valid split")
-        fitted.append(replace(member, selection=scored[at_rows(scored_rows, rows), t]))
+        fitted = [replace(member, selection=scored[at_rows(scored_rows, rows), t]) for member, scored_rows, scored in shared]
     else:
         rows = np.concatenate([labelled.rows["train"], labelled.rows["valid"]])
         selection = Selection(rows, np.concatenate([labelled.y["train"], labelled.y["valid"]]),
@@ -327,13 +337,13 @@ def fit_target(t: int, labelled: Features, task: str, names: tuple[str, ...], re
 
 def fit(inputs: list[Path], out: Path, smiles_column: str = "smiles", target_columns: tuple[str, ...] = ("y",), task: str = "auto",
         split: str = "random", seed: int = 0, recipe: str = DEFAULT_RECIPE, init_from: str = DEFAULT_BACKBONE, seeds: tuple[int, ...] = (0, 1, 2),
-        finetune_overrides: tuple[str, ...] = (), progress: bool = True) -> dict:
+        finetune_overrides: tuple[str, ...] = (), progress: bool = True, budget: float = DEFAULT_BUDGET) -> dict:
     """Fit, choose, export and test (module docstring); returns the report written to out/report.json."""
     from gtscale.models.export import claim_export_dir
 
     began = time.perf_counter()
-    if recipe not in RECIPES:
-        raise UserError(f"--recipe: {recipe!r} is not one of {', '.join(RECIPES)}")
+    if recipe not in ("auto", *RECIPES):
+        raise UserError(f"--recipe: {recipe!r} is not one of auto, {', '.join(RECIPES)}")
     if task not in ("auto", *TASKS):
         raise UserError(f"--task: {task!r} is not one of auto, {', '.join(TASKS)}")
     out = claim_out_dir(out, MARKERS, inputs=inputs)
@@ -342,38 +352,54 @@ def fit(inputs: list[Path], out: Path, smiles_column: str = "smiles", target_col
     out.mkdir(parents=True, exist_ok=True)
     if not (out / REPORT).is_file():  # marks the folder as fit's before anything else is written in it: a rerun may replace it all
         atomic_write_text(out / REPORT, json.dumps({"format": REPORT_FORMAT, "finished": False}))
-    names = RECIPES[recipe]
     table = read_fit_table(inputs, smiles_column, list(target_columns), split, seed)
     task_from, task = "detected" if task == "auto" else "named", fit_task(table, task)
     table.task_type = TABLE_TASKS[task]
-    saved_backbone, backbone = load_backbone(init_from) if "kernel" in names else (None, None)
+    chosen_plan = plan_members(table, recipe, budget)
+    names = chosen_plan.members
+    if progress:
+        print("\n".join(f"plan: {note}" for note in chosen_plan.notes))
+    saved_backbone, backbone = load_backbone(init_from) if {"kernel", "landmark"} & set(names) else (None, None)
     features = featurize(table, backbone, progress)
     targets, where = table.target_names, ", ".join(str(p) for p in table.source_files)
     labelled = [features.target(t) for t in range(len(targets))]
     for name, target in zip(targets, labelled):  # every target checked before any is fitted
-        check_target(where, name, target, task, on_valid="finetune" in names)
-    finetuned = (finetune_member(table, out / "shards", out / "finetune", init_from, list(seeds), FINETUNE_TASKS[task] + list(finetune_overrides),
-                                 progress) if "finetune" in names else None)
+        check_target(where, name, target, task, on_valid=bool(set(ALL_TARGET_MEMBERS) & set(names)))
+    shared = []
+    if "landmark" in names:
+        shared.append(timed(landmark_member, features, task, table_record(table, task), saved_backbone))
+    if "finetune" in names:
+        steps = [] if chosen_plan.finetune_steps is None else [f"schedule.total_steps={chosen_plan.finetune_steps}"]
+        shared.append(timed(finetune_member, table, out / "shards", out / "finetune", init_from, list(seeds)[:chosen_plan.finetune_seeds],
+                            FINETUNE_TASKS[task] + steps + list(finetune_overrides), progress, chosen_plan.finetune_refit))
+    baseline_test = None
+    if "forest" in names:
+        began_forest = cpu_seconds()
+        baseline_test, forest_chosen = forest_baseline(features, task, seed)
+        forest_chosen["cpu_seconds"] = round(cpu_seconds() - began_forest, 1)
     results = []
     for t, name in enumerate(targets):
         if progress and len(targets) > 1:
             print(f"target {name}: {', '.join(f'{len(labelled[t].rows[s])} {s}' for s in SPLITS)}")
         record = {"dataset": table.name, "task": {"type": TABLE_TASKS[task], "num_targets": 1, "target_names": [name]}}
-        results.append(fit_target(t, labelled[t], task, names, record, saved_backbone, finetuned))
+        results.append(fit_target(t, labelled[t], task, names, record, saved_backbone, shared))
     fitted = {member.name: [result.fitted[m] for result in results] for m, member in enumerate(results[0].fitted)}
     for name, per_target in fitted.items():
         write_member(out / "members" / name, per_target, targets)
     write_choice(out / "export", fitted, [result.chosen_members() for result in results], targets)
     smiles = [table.smiles[i] for i in features.rows["test"]]
-    test, test_smiles, y_test, predictions, unread = score_tests(out, [m.name for m in results[0].fitted], smiles, features.y["test"], task, targets)
+    scored_elsewhere = {} if baseline_test is None else {chosen_plan.baseline: baseline_test}
+    test, test_smiles, y_test, predictions, unread = score_tests(out, [m.name for m in results[0].fitted], smiles, features.y["test"], task, targets,
+                                                                 scored_elsewhere, chosen_plan.baseline)
     report = {
         "format": REPORT_FORMAT, "out": str(out), "inputs": [str(p) for p in inputs], "smiles_column": smiles_column, "task": task, "task_from": task_from,
         "split": split if len(inputs) == 1 else "files", "seed": seed, "recipe": recipe,
-        "backbone": str(init_from) if {"kernel", "finetune"} & set(names) else None,
+        "backbone": str(init_from) if {"kernel", "landmark", "finetune"} & set(names) else None,
         "molecules": {s: int(len(features.rows[s])) for s in SPLITS}, "left_out": features.left_out, "test_unread": unread,
         "targets": {name: target_report(result, test[name], y_test[:, t], task) for t, (name, result) in enumerate(zip(targets, results))},
         **({"mean": mean_over_targets(test)} if len(targets) > 1 else {}),
-        "baseline": "ecfp", "seconds": round(time.perf_counter() - began, 1),
+        "baseline": chosen_plan.baseline, "plan": {"notes": list(chosen_plan.notes), "estimated_cpu_seconds": chosen_plan.estimate, "budget_cpu_minutes": budget},
+        **({"forest": forest_chosen} if baseline_test is not None else {}), "seconds": round(time.perf_counter() - began, 1),
     }
     write_test_predictions(out / TEST_PREDICTIONS, test_smiles, y_test, predictions, targets)
     write_figure(out / FIGURES[task], task, y_test, predictions, targets, model_labels(task))
@@ -401,6 +427,34 @@ def mean_over_targets(test: dict[str, dict[str, dict[str, float]]]) -> dict[str,
     molecules it labels: the regression evaluator's rule, train/tasks.py)."""
     per_target = list(test.values())
     return {model: {metric: float(np.mean([t[model][metric] for t in per_target])) for metric in per_target[0][model]} for model in per_target[0]}
+
+
+def plan_members(table: MoleculeTable, recipe: str, budget: float) -> Plan:
+    """fit/plan.py's plan for this table: the most molecules labelled for one target in train + valid."""
+    fitted_rows = np.concatenate([table.splits["train"], table.splits["valid"]])
+    labelled = np.isfinite(table.targets[fitted_rows]).sum(0)
+    return plan(recipe, RECIPES, int(labelled.max()), len(table.target_names), len(table.splits["train"]), budget)
+
+
+def table_record(table: MoleculeTable, task: str) -> dict:
+    """What an export of every target column records of the table (its manifest's dataset and task)."""
+    names = list(table.target_names)
+    return {"dataset": table.name, "task": {"type": TABLE_TASKS[task], "num_targets": len(names), "target_names": names}}
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process and the children it waited for (the fine-tuning runs)."""
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def timed(fit_member, *args):
+    """An all-target member's (member, rows, outputs), its CPU seconds recorded in what was chosen for it."""
+    began = cpu_seconds()
+    member, rows, scored = fit_member(*args)
+    return replace(member, chosen={**member.chosen, "cpu_seconds": round(cpu_seconds() - began, 1)}), rows, scored
 
 
 def load_backbone(init_from: str):

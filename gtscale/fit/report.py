@@ -17,27 +17,30 @@ REPORT, REPORT_MD, TEST_PREDICTIONS = "report.json", "report.md", "test-predicti
 #: The figure of each task: predicted against measured, or each model's ROC curve.
 FIGURES = {"regression": "parity.png", "classification": "roc.png"}
 REPORT_FORMAT = "gtscale-fit"
-CHOSEN, BASELINE = "chosen", "ecfp"  # the chosen model (DIR/export) and the baseline among the scored models
+CHOSEN = "chosen"  # the chosen model (DIR/export) among the scored models
 
 
-def score_tests(out: Path, members: list[str], smiles: list[str], y: np.ndarray, task: str, targets: list[str]):
+def score_tests(out: Path, members: list[str], smiles: list[str], y: np.ndarray, task: str, targets: list[str],
+                scored_elsewhere: dict[str, np.ndarray], baseline: str):
     """(target → model → test metrics; the SMILES every model reads, [n, T] targets (NaN: no label)
     and model → [n, T] predictions of those molecules; how many test molecules some model did not
-    read). The models: each member (DIR/members/<name>) and the chosen one (DIR/export), each
-    predicting from its export as `gtscale predict` does."""
+    read). The models: the baseline first, each member (DIR/members/<name>) and the chosen one
+    (DIR/export), each predicting from its export as `gtscale predict` does, and the models that
+    are not exported (`scored_elsewhere`: name → [n, T] outputs of the same molecules: the forest)."""
     from gtscale.members.ensemble import ensemble
     from gtscale.members.load import load_members
     from gtscale.predict import Predictor
 
     folders = {name: out / "members" / name for name in members} | {CHOSEN: out / "export"}
-    values, readable = {}, np.ones(len(smiles), bool)
+    values, readable = dict(scored_elsewhere), np.ones(len(smiles), bool)
     for name, folder in folders.items():
         found, weights = load_members(folder)
         outputs, reasons = Predictor(found, weights).smiles(smiles, batch_size=64)
         values[name] = ensemble(outputs, weights)[0]
         readable &= np.array([not why for why in reasons], bool)
     y = y[readable]
-    predictions = {name: v[readable] for name, v in values.items()}
+    order = [baseline, *(name for name in values if name != baseline)]
+    predictions = {name: values[name][readable] for name in order}
     metrics = classification_metrics if task == "classification" else regression_metrics
     test = {}
     for t, target in enumerate(targets):
@@ -123,8 +126,9 @@ def roc_panel(ax, y: np.ndarray, predictions: dict[str, np.ndarray], labels: dic
 
 def model_labels(task: str) -> dict[str, str]:
     svm = "SVC" if task == "classification" else "SVR"
-    return {"ecfp": f"ECFP4 + {svm} (baseline)", "kernel": f"ECFP4 + backbone kernel {svm}", "finetune": "fine-tuned backbone (mean of seeds, refitted on train + valid)",
-            CHOSEN: "chosen model (export/)"}
+    return {"ecfp": f"ECFP4 + {svm} (baseline)", "kernel": f"ECFP4 + backbone kernel {svm}", "finetune": "fine-tuned backbone (mean of seeds)",
+            "landmark": "ECFP4 + backbone kernel, landmark ridge" + (" classifier" if task == "classification" else ""),
+            "forest": "ECFP4 + random forest (baseline)", CHOSEN: "chosen model (export/)"}
 
 
 #: The test table of each task: (header, the row of one model's metrics beside the baseline's).
@@ -148,10 +152,11 @@ def report_markdown(report: dict) -> str:
     lines = [f"# gtscale fit: {', '.join(targets)} of {Path(report['inputs'][0]).name}", "",
              f"{n['train']} train, {n['valid']} valid, {n['test']} test molecules (split: {report['split']}); "
              f"{task} ({TASK_FROM[report['task_from']][task]}); recipe {report['recipe']}"
-             + (f", backbone {report['backbone']}" if report["backbone"] else "") + f"; {report['seconds']} s."]
+             + (f", backbone {report['backbone']}" if report["backbone"] else "") + f"; {report['seconds']} s.",
+             "", *(f"- {note}" for note in report["plan"]["notes"]), "", members_table(report)]
     if len(targets) > 1:
         lines += ["", f"## Mean over the {len(targets)} targets", "", "Each target counts once; the model of each target is chosen on its own "
-                  "(below), so the chosen model's row mixes members.", "", *test_table(report["mean"], task)]
+                  "(below), so the chosen model's row mixes members.", "", *test_table(report["mean"], task, report["baseline"])]
     for target, result in report["targets"].items():
         if len(targets) > 1:
             labelled = result["molecules"]
@@ -159,7 +164,7 @@ def report_markdown(report: dict) -> str:
         if task == "classification":
             ones, labelled = result["test_positives"], result["test_labelled"]
             lines += ["", f"Test: {ones} of {labelled} molecules labelled 1 ({ones / max(labelled, 1):.3f}: the PR-AUC of a random ranking)."]
-        lines += ["", *test_table(result["test"], task)]
+        lines += ["", *test_table(result["test"], task, report["baseline"])]
         sel = result["selection"]
         tie = f"; log loss {', '.join(f'{k} {v:.4f}' for k, v in sel['logloss'].items())}" if "logloss" in sel else ""
         lines += ["", f"Chosen on train + valid only ({sel['rule']}): **{sel['chosen']}** "
@@ -169,8 +174,20 @@ def report_markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def test_table(test: dict[str, dict[str, float]], task: str) -> list[str]:
+def test_table(test: dict[str, dict[str, float]], task: str, baseline: str) -> list[str]:
     """The lines of one test table: each model's metrics (model → metric → value) beside the baseline's."""
     header, row = TABLES[task]
     labels = model_labels(task)
-    return [header, *(f"| {labels.get(name, name)} | {row(m, test[BASELINE])} |" for name, m in test.items())]
+    return [header, *(f"| {labels.get(name, name)} | {row(m, test[baseline])} |" for name, m in test.items())]
+
+
+def members_table(report: dict) -> str:
+    """What each member ran as (the first target's record: what was chosen for it) and its CPU time."""
+    first = next(iter(report["targets"].values()))["members"]
+    rows = {**first, **({"forest": report["forest"]} if "forest" in report else {})}
+    labels = model_labels(report["task"])
+    lines = ["| member | CPU s | chosen |", "| --- | --- | --- |"]
+    for name, chosen in rows.items():
+        shown = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in chosen.items() if k not in ("cpu_seconds", "platt", "selection"))
+        lines.append(f"| {labels.get(name, name)} | {chosen.get('cpu_seconds', '–')} | {shown} |")
+    return "\n".join(lines)

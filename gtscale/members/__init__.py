@@ -6,7 +6,9 @@ average them, and the tables of experiments/, which score them.
 - ensemble.py: the one weighted mean and spread of several members' outputs;
 - fingerprints.py: ECFP4 of molecules and the similarities of fingerprints (Tanimoto, MinMax);
 - svr.py: the ECFP4 + Tanimoto SVR (SVC) member: fitted, exported, read back;
-- kernel_svr.py: the SVR (SVC) on a fingerprint similarity and a backbone's representation.
+- kernel_svr.py: the SVR (SVC) on a fingerprint similarity and a backbone's representation;
+- landmark.py: the same kernel on m landmark molecules, with ridge: linear in molecules, one model
+  of every target column.
 
 Each member kind is a module of its own beside these.
 """

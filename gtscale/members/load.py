@@ -22,6 +22,7 @@ from gtscale.members.ensemble import ensemble, ensemble_weights
 from gtscale.members.fingerprints import ecfp_rows
 from gtscale.members.kernel_svr import KERNEL_EXPORT_NAME, KERNEL_SVC_EXPORT_NAME, KernelSVR, read_kernel_export
 from gtscale.members.svr import SVC_EXPORT_NAME, SVR_EXPORT_NAME, TanimotoSVR, read_svr_export
+from gtscale.members.landmark import LANDMARK_CLASSIFIER_EXPORT_NAME, LANDMARK_EXPORT_NAME, LandmarkModel, read_landmark_export
 from gtscale.prep.molecule_limits import DEFAULT_MAX_ATOMS
 from gtscale.train.config import TaskConfig
 from gtscale.train.outputs import outputs
@@ -67,12 +68,37 @@ class KernelMember:
     target_names: list[str]
 
     def predict(self, molecules: Molecules, batch_size: int) -> tuple[np.ndarray, list[str]]:
-        max_nodes = self.backbone.options.max_nodes
-        counts, unread = molecules.made(("ecfp-counts", max_nodes), lambda: ecfp_rows(molecules.smiles, max_nodes, counts=True))
-        z, why = molecules.made(("representation", self.backbone.path, self.backbone.options),
-                                lambda: graph_representation(self.backbone, molecules.smiles, batch_size))
-        reasons = [a or b for a, b in zip(unread, why)]
+        counts, z, reasons = kernel_inputs(molecules, self.backbone, batch_size)
         return svr_outputs(self.task, reasons, lambda kept: self.svr.predict(counts[kept], z[kept])), reasons
+
+
+@dataclass
+class LandmarkMember:
+    """A landmark kernel export (landmark.py): one model of every target column, and the backbone
+    whose graph representation its kernel reads."""
+
+    path: Path
+    model: LandmarkModel
+    backbone: LoadedExport
+    task: TaskConfig
+    target_names: list[str]
+
+    def predict(self, molecules: Molecules, batch_size: int) -> tuple[np.ndarray, list[str]]:
+        counts, z, reasons = kernel_inputs(molecules, self.backbone, batch_size)
+        kept = np.array([not why for why in reasons], bool)
+        out = np.full((len(reasons), len(self.target_names)), np.nan, np.float32)
+        if kept.any():
+            out[kept] = outputs(self.model.predict(counts[kept], z[kept]), self.task.loss)
+        return out, reasons
+
+
+def kernel_inputs(molecules: Molecules, backbone: LoadedExport, batch_size: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(ECFP4 counts, the backbone's representation, reason per molecule) of a chunk, each computed
+    once for every member that reads it."""
+    max_nodes = backbone.options.max_nodes
+    counts, unread = molecules.made(("ecfp-counts", max_nodes), lambda: ecfp_rows(molecules.smiles, max_nodes, counts=True))
+    z, why = molecules.made(("representation", backbone.path, backbone.options), lambda: graph_representation(backbone, molecules.smiles, batch_size))
+    return counts, z, [a or b for a, b in zip(unread, why)]
 
 
 @dataclass
@@ -141,6 +167,14 @@ def load_member(path: Path) -> Member:
         check_record(meta.get("backbone", {}), folder)
         backbone = load_model_export(folder, model_cfg["backbone"], backbone_state, meta["backbone"])
         return KernelMember(folder, svr, backbone, task, names or ["y0"])
+    if name in (LANDMARK_EXPORT_NAME, LANDMARK_CLASSIFIER_EXPORT_NAME):
+        if (name == LANDMARK_CLASSIFIER_EXPORT_NAME) != (task.loss == "bce"):
+            raise UserError(f"{folder / 'export.json'}: task.loss {task.loss!r} does not fit model.yaml's {name!r} "
+                            "(a landmark classifier's is bce, a landmark ridge's a regression loss)")
+        model, backbone_state = read_landmark_export(model_cfg, export.state, str(folder / MODEL_FILE))
+        check_record(meta.get("backbone", {}), folder)
+        backbone = load_model_export(folder, model_cfg["backbone"], backbone_state, meta["backbone"])
+        return LandmarkMember(folder, model, backbone, task, names or [f"y{t}" for t in range(model.coef.shape[1])])
     return load_model_export(folder, model_cfg, export.state, meta)
 
 
@@ -216,7 +250,7 @@ def read_record(record_file: Path, expected_format: str, lists: tuple[str, str],
 
 def with_max_nodes(member: Member, max_nodes: int) -> Member:
     """The member reading molecules of at most `max_nodes` atoms (--max-nodes)."""
-    if isinstance(member, KernelMember):
+    if isinstance(member, (KernelMember, LandmarkMember)):
         return replace(member, backbone=with_max_nodes(member.backbone, max_nodes))
     if isinstance(member, TargetsMember):
         return replace(member, parts=[([with_max_nodes(m, max_nodes) for m in members], weights) for members, weights in member.parts])

@@ -307,8 +307,10 @@ def check_export(export: Export) -> None:
         models.append(("backbone.", export.config["backbone"], record.backbone or BackboneRecord()))
     for prefix, model_cfg, described in models:
         head = check_model_config(model_cfg, config_file, prefix) if prefix or is_model(model_cfg) else None
-        # a model's outputs are its head's; every other kind of export (the SVRs) predicts one target
-        outputs = head.num_outputs if head is not None else 1
+        # a model's outputs are its head's; every other kind of export predicts model.yaml's `outputs`
+        # targets (a landmark kernel model's; the SVRs have no key: one target; its reader checks its type)
+        declared = model_cfg.get("outputs", 1)
+        outputs = head.num_outputs if head is not None else declared if isinstance(declared, int) and not isinstance(declared, bool) else 1
         _check_widths(described, outputs, head, f"{meta_file}: {'backbone.' if prefix else ''}", f"{config_file.name}'s {prefix}head")
     for name, tensor in export.state.items():
         if tensor.is_floating_point() and not torch.isfinite(tensor).all():
