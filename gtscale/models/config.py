@@ -6,10 +6,11 @@ single regression target). `gtscale.models.build_model` reads the first two, `bu
 third. Feature vocabularies default to the molecular ones of schema.py; see embeddings.py for how a
 column's vocabulary becomes rows of one flat embedding table.
 
-Every model names the width of its node states `node_width` (the papers' d_h, d or D). Model
-configs written before that named it `hidden_dim` (Graphormer, MNA-GT) or `width` (ET); the
+Every model names the width of its node states `node_width` (the papers' d_h, d or D) and the
+dropout on its attention weights `attention_dropout`. Model configs on disk may call them otherwise
+(`hidden_dim` for Graphormer and MNA-GT, `width` for ET, EGT's authors' `attn_dropout`); the
 readers of model configs on disk take them through `current_field_names` (RENAMED_FIELDS), so that
-an export's model.yaml or a run's recorded config of either age builds the same model.
+an export's model.yaml or a run's recorded config under either name builds the same model.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ class EGTConfig:
     clip_logits: list[float] = ranged(default_factory=lambda: [-5.0, 5.0])  # clip range of QKᵀ/√d (eq. 3)
     node_dropout: float = ranged(0.0, low=0, high=1, high_open=True)  # dropout after the node MHA output and node FFN
     edge_dropout: float = ranged(0.0, low=0, high=1, high_open=True)  # dropout after the edge update and edge FFN
-    attn_dropout: float = ranged(0.0, low=0, high=1, high_open=True)  # dropout on the gated attention weights
+    attention_dropout: float = ranged(0.0, low=0, high=1, high_open=True)  # dropout on the gated attention weights (the authors' attn_dropout)
     attn_maskout: float = ranged(0.0, low=0, high=1, high_open=True)  # probability of masking each attention pair while training
     scale_degree: bool = True  # dynamic centrality scalers ln(1 + Σ σ(G)) (eq. 8-9); needs gated
     gated: bool = True  # σ(G(ê)) gates on the attention weights; false = the "ungated" ablation
@@ -243,12 +244,14 @@ class MNAGTConfig:
         _check_vocabs(self, optional=("node_vocab",))
 
 
-#: Fields that model configs written before every model named its width node_width call otherwise:
-#: model name → {old name: current name}. Read by current_field_names alone.
+#: Fields that model configs on disk may call by another name (the width before every model named
+#: it node_width; EGT's attention dropout by its authors' name, as the configs of its import and
+#: exports kept it): model name → {other name: current name}. Read by current_field_names alone.
 RENAMED_FIELDS = {
     "graphormer": {"hidden_dim": "node_width"},
     "mnagt": {"hidden_dim": "node_width"},
     "et": {"width": "node_width"},
+    "egt": {"attn_dropout": "attention_dropout"},
 }
 
 

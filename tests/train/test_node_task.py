@@ -14,7 +14,7 @@ import yaml
 from launcher import logs, metrics, run_ranks, write_config
 
 NODE_TASK = {"loss": "node_bce", "metric": "auroc", "evaluator": "node-anomaly", "head": {"hidden": [16]}}
-TINY_EGO_MODEL = {"num_layers": 2, "node_width": 32, "edge_width": 8, "num_heads": 4, "attn_dropout": 0.0, "num_virtual_nodes": 1,
+TINY_EGO_MODEL = {"num_layers": 2, "node_width": 32, "edge_width": 8, "num_heads": 4, "attention_dropout": 0.0, "num_virtual_nodes": 1,
                   "svd_rank": 4, "upto_hop": 4, "edge_vocab": [1]}
 
 
