@@ -41,7 +41,7 @@ VALUES = [-8, -1, 0, 1, 3, 10**9, 0.5, -0.5, 1e308, math.nan, math.inf, -math.in
 NEUTRAL = {"run_dir", "tag", "source", "format", "overrides", "parameters", "shards.dataset", "shards.transform.shard_size",
            "shards.transform.drop_duplicates", "shards.transform.graph_features", "shards.task.target_stats", "task.metric",
            "task.evaluator", "task.head", "task.features_baseline", "task.anomaly_weight", "task.aux_distance", "node_dropout",
-           "edge_dropout", "attn_dropout", "attn_maskout", "activation_checkpointing", "C", "head.dropout", "backbone.node_dropout"}
+           "edge_dropout", "attention_dropout", "attn_maskout", "activation_checkpointing", "C", "head.dropout", "backbone.node_dropout"}
 #: export.json task keys (also under `backbone.`) that TaskRecord (models/export.py) leaves to
 #: predict's TaskConfig.
 

@@ -172,7 +172,7 @@ class AuthorsEGT(nn.Module):
         self.net = egt_mol(
             node_width=cfg.node_width, edge_width=cfg.edge_width, num_heads=cfg.num_heads, model_height=cfg.num_layers,
             node_mha_dropout=cfg.node_dropout, node_ffn_dropout=cfg.node_dropout, edge_mha_dropout=cfg.edge_dropout,
-            edge_ffn_dropout=cfg.edge_dropout, attn_dropout=cfg.attn_dropout, attn_maskout=cfg.attn_maskout,
+            edge_ffn_dropout=cfg.edge_dropout, attn_dropout=cfg.attention_dropout, attn_maskout=cfg.attn_maskout,
             activation=cfg.activation, clip_logits_value=list(cfg.clip_logits), node_ffn_multiplier=cfg.node_ffn_multiplier,
             edge_ffn_multiplier=cfg.edge_ffn_multiplier, scale_degree=cfg.scale_degree, egt_simple=cfg.simple,
             upto_hop=cfg.upto_hop, mlp_ratios=[w / cfg.node_width for w in head.get("hidden", [])],

@@ -71,17 +71,27 @@ def load_manifest(path: str | Path) -> dict:
     path = Path(path)
     if path.is_dir():
         path = path / MANIFEST_FILE
-    if not path.is_file():
-        raise UserError(f"{path}: no manifest (was `gtscale shard` run, and merged if split into parts?)")
-    try:
-        manifest = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise UserError(f"{path}: malformed manifest ({err})") from err
+    manifest = read_manifest_file(path, f"{path}: no manifest (was `gtscale shard` run, and merged if split into parts?)")
     for key in ("schema_version", "dataset", "splits"):
         if key not in manifest:
             raise UserError(f"{path}: manifest lacks {key!r}")
     check_shard_paths(manifest, path)
     manifest["_dir"] = str(path.parent)
+    return manifest
+
+
+def read_manifest_file(file: Path, missing: str) -> dict:
+    """The JSON object of a manifest file (a shard folder's manifest.json, a graph store's
+    graph.json); a UserError saying `missing` when there is no such file, one naming the file when
+    it holds no JSON object."""
+    if not file.is_file():
+        raise UserError(missing)
+    try:
+        manifest = json.loads(file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UserError(f"{file}: malformed manifest ({err})") from err
+    if not isinstance(manifest, dict):
+        raise UserError(f"{file}: malformed manifest (a JSON {type(manifest).__name__}, not an object)")
     return manifest
 
 

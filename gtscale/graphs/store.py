@@ -31,6 +31,7 @@ import numpy as np
 from tqdm import tqdm
 
 from gtscale.errors import UserError
+from gtscale.format.manifest import read_manifest_file
 from gtscale.graphs import validate
 from gtscale.graphs.csr_check import check_csr, mark_checked
 from gtscale.graphs.csr_build import compact_rows, dedupe_rows, scatter_symmetric
@@ -187,12 +188,7 @@ def build_store(source: GraphSource, out: str | Path, feature_dtype: str = "floa
 def load_manifest(path: str | Path) -> dict:
     path = Path(path)
     file = path / MANIFEST
-    if not file.is_file():
-        raise UserError(f"{path}: not a finished graph store (no {MANIFEST}); build it with `gtscale graph build`")
-    try:
-        manifest = json.loads(file.read_text())
-    except json.JSONDecodeError as err:
-        raise UserError(f"{file}: malformed ({err})") from err
+    manifest = read_manifest_file(file, f"{path}: not a finished graph store (no {MANIFEST}); build it with `gtscale graph build`")
     if manifest.get("format") != STORE_FORMAT or manifest.get("version") != STORE_VERSION:
         raise UserError(f"{file}: not a version-{STORE_VERSION} {STORE_FORMAT} manifest")
     return manifest

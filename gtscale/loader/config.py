@@ -15,7 +15,7 @@ from gtscale.loader.bucketing import Batcher, geometric_boundaries
 from gtscale.loader.collate import BATCH_KEYS
 
 
-@dataclass
+@dataclass(frozen=True)
 class LoaderConfig:
     """How shards become batches. All training randomness derives from `seed` and the epoch."""
 

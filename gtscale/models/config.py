@@ -6,16 +6,17 @@ single regression target). `gtscale.models.build_model` reads the first two, `bu
 third. Feature vocabularies default to the molecular ones of schema.py; see embeddings.py for how a
 column's vocabulary becomes rows of one flat embedding table.
 
-Every model names the width of its node states `node_width` (the papers' d_h, d or D). Model
-configs written before that named it `hidden_dim` (Graphormer, MNA-GT) or `width` (ET); the
+Every model names the width of its node states `node_width` (the papers' d_h, d or D) and the
+dropout on its attention weights `attention_dropout`. Model configs on disk may call them otherwise
+(`hidden_dim` for Graphormer and MNA-GT, `width` for ET, EGT's authors' `attn_dropout`); the
 readers of model configs on disk take them through `current_field_names` (RENAMED_FIELDS), so that
-an export's model.yaml or a run's recorded config of either age builds the same model.
+an export's model.yaml or a run's recorded config under either name builds the same model.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Any, Callable, Literal, Optional
 
 from gtscale.config import check_field_ranges, ranged
 from gtscale.errors import UserError
@@ -41,9 +42,29 @@ def _bond_vocab() -> list[int]:
     return list(BOND_FEATURE_DIMS)
 
 
+def _vocab(default: Callable[[], list[int]]) -> Any:
+    """A field of one vocabulary size per feature column (a table of that many rows each), `default` giving them."""
+    return ranged(default_factory=default, low=1, high=MAX_VOCAB)
+
+
 def _check_vocab(name: str, vocab: list[int]) -> None:
     if not vocab or any(v < 1 for v in vocab):
         raise ValueError(f"{name} must list one positive vocabulary size per feature column, got {vocab}")
+
+
+def _check_vocabs(cfg, optional: tuple[str, ...] = ()) -> None:
+    """Each of the config's node_vocab and edge_vocab lists positive sizes, one per column; one named
+    in `optional` may instead be empty (no such features: continuous ones give the node input)."""
+    for name in ("node_vocab", "edge_vocab"):
+        vocab = getattr(cfg, name, None)
+        if vocab is not None and (vocab or name not in optional):
+            _check_vocab(name, vocab)
+
+
+def _check_heads(cfg) -> None:
+    """The heads split node_width evenly: each is node_width / num_heads wide."""
+    if cfg.node_width % cfg.num_heads:
+        raise ValueError(f"node_width {cfg.node_width} is not a multiple of num_heads {cfg.num_heads}")
 
 
 @dataclass
@@ -63,7 +84,7 @@ class EGTConfig:
     clip_logits: list[float] = ranged(default_factory=lambda: [-5.0, 5.0])  # clip range of QKᵀ/√d (eq. 3)
     node_dropout: float = ranged(0.0, low=0, high=1, high_open=True)  # dropout after the node MHA output and node FFN
     edge_dropout: float = ranged(0.0, low=0, high=1, high_open=True)  # dropout after the edge update and edge FFN
-    attn_dropout: float = ranged(0.0, low=0, high=1, high_open=True)  # dropout on the gated attention weights
+    attention_dropout: float = ranged(0.0, low=0, high=1, high_open=True)  # dropout on the gated attention weights (the authors' attn_dropout)
     attn_maskout: float = ranged(0.0, low=0, high=1, high_open=True)  # probability of masking each attention pair while training
     scale_degree: bool = True  # dynamic centrality scalers ln(1 + Σ σ(G)) (eq. 8-9); needs gated
     gated: bool = True  # σ(G(ê)) gates on the attention weights; false = the "ungated" ablation
@@ -73,23 +94,21 @@ class EGTConfig:
     num_virtual_nodes: int = ranged(4, low=0, high=MAX_HEADS)  # virtual nodes; 0 = global average pooling for the graph output
     upto_hop: int = ranged(16, low=1, high=MAX_HOPS)  # k: hop matrix clipped to k (k+1 = farther or unreachable); 1 = adjacency
     svd_rank: int = ranged(8, low=0, high=MAX_WIDTH)  # r: SVD encodings U√Σ ‖ V√Σ projected into d_h; 0 switches them off
-    node_vocab: list[int] = ranged(default_factory=_atom_vocab, low=1, high=MAX_VOCAB)  # vocabulary per node feature column
-    edge_vocab: list[int] = ranged(default_factory=_bond_vocab, low=1, high=MAX_VOCAB)  # vocabulary per edge feature column (sampled subgraphs: [1], "an edge")
+    node_vocab: list[int] = _vocab(_atom_vocab)  # vocabulary per node feature column
+    edge_vocab: list[int] = _vocab(_bond_vocab)  # vocabulary per edge feature column (sampled subgraphs: [1], "an edge")
     node_float_dim: int = ranged(0, low=0, high=MAX_WIDTH)  # F > 0: F continuous node features (node_feat_float) by a linear map instead of node_vocab's tables
     activation_checkpointing: bool = False  # recompute each layer in backward instead of storing
 
     def __post_init__(self):
         check_field_ranges(self)
-        if self.node_width % self.num_heads:
-            raise ValueError(f"node_width {self.node_width} is not a multiple of num_heads {self.num_heads}")
+        _check_heads(self)
         if len(self.clip_logits) != 2 or self.clip_logits[0] >= self.clip_logits[1]:
             raise ValueError(f"clip_logits must be [low, high] with low < high, got {self.clip_logits}")
         if self.scale_degree and not self.gated:
             raise ValueError("scale_degree sums the attention gates, so it needs gated: true")
         if self.simple and self.output_edges:
             raise ValueError("simple (EGT-Simple) never updates the edge channels, so it has no edge output")
-        _check_vocab("node_vocab", self.node_vocab)
-        _check_vocab("edge_vocab", self.edge_vocab)
+        _check_vocabs(self)
 
 
 @dataclass
@@ -121,19 +140,17 @@ class GraphormerConfig:
     post_ln: bool = False  # LayerNorm after each residual sum (fairseq Graphormer) instead of before each block
     embedding_ln: bool = False  # LayerNorm on the input tokens before the first layer (encoder_normalize_before)
     final_ln: bool = True  # LayerNorm on the last layer's output (the paper's Pre-LN code; absent in fairseq's)
-    node_vocab: list[int] = ranged(default_factory=_atom_vocab, low=1, high=MAX_VOCAB)  # vocabulary per node feature column
-    edge_vocab: list[int] = ranged(default_factory=_bond_vocab, low=1, high=MAX_VOCAB)  # vocabulary per edge feature column (sampled subgraphs: [1], "an edge")
+    node_vocab: list[int] = _vocab(_atom_vocab)  # vocabulary per node feature column
+    edge_vocab: list[int] = _vocab(_bond_vocab)  # vocabulary per edge feature column (sampled subgraphs: [1], "an edge")
     node_float_dim: int = ranged(0, low=0, high=MAX_WIDTH)  # F > 0: F continuous node features (node_feat_float) by a linear map instead of node_vocab's tables
     activation_checkpointing: bool = False  # recompute each layer in backward instead of storing
 
     def __post_init__(self):
         check_field_ranges(self)
-        if self.node_width % self.num_heads:
-            raise ValueError(f"node_width {self.node_width} is not a multiple of num_heads {self.num_heads}")
+        _check_heads(self)
         if not 1 <= self.multi_hop_max_dist <= self.num_edge_dis:
             raise ValueError(f"multi_hop_max_dist {self.multi_hop_max_dist} must be between 1 and num_edge_dis {self.num_edge_dis}")
-        _check_vocab("node_vocab", self.node_vocab)
-        _check_vocab("edge_vocab", self.edge_vocab)
+        _check_vocabs(self)
 
 
 @dataclass
@@ -190,17 +207,15 @@ class ETConfig:
     learned_adjacency: bool = True  # dense: Â = Conv1×1(X ⊙ X) ⊙ A′ (App. D); false: Â = 1 on edges
     lap_k: int = ranged(10, low=0, high=MAX_WIDTH)  # dense: Laplacian eigenvectors embedded (the authors' App. D code: 15); 0 = none
     node_float_dim: int = ranged(0, low=0, high=MAX_WIDTH)  # continuous node features node_feat_float embedded by a linear map (0 = none)
-    node_vocab: list[int] = ranged(default_factory=_atom_vocab, low=1, high=MAX_VOCAB)  # categorical node features ([] = none)
-    edge_vocab: list[int] = ranged(default_factory=_bond_vocab, low=1, high=MAX_VOCAB)  # categorical edge features (dense A′)
+    node_vocab: list[int] = _vocab(_atom_vocab)  # categorical node features ([] = none)
+    edge_vocab: list[int] = _vocab(_bond_vocab)  # categorical edge features (dense A′)
     activation_checkpointing: bool = False  # recompute each step in backward instead of storing
 
     def __post_init__(self):
         check_field_ranges(self)
         if not self.node_vocab and not self.node_float_dim:
             raise ValueError("ET needs node_vocab or node_float_dim (some node input)")
-        if self.node_vocab:
-            _check_vocab("node_vocab", self.node_vocab)
-        _check_vocab("edge_vocab", self.edge_vocab)
+        _check_vocabs(self, optional=("node_vocab",))
 
 
 @dataclass
@@ -218,25 +233,25 @@ class MNAGTConfig:
     dropout: float = ranged(0.0, low=0, high=1, high_open=True)  # after attention and FFN
     attention_dropout: float = ranged(0.0, low=0, high=1, high_open=True)
     node_float_dim: int = ranged(0, low=0, high=MAX_WIDTH)  # continuous node features node_feat_float (0 = none)
-    node_vocab: list[int] = ranged(default_factory=_atom_vocab, low=1, high=MAX_VOCAB)  # categorical node features ([] = none)
+    node_vocab: list[int] = _vocab(_atom_vocab)  # categorical node features ([] = none)
     activation_checkpointing: bool = False
 
     def __post_init__(self):
         check_field_ranges(self)
-        if self.node_width % self.num_heads:
-            raise ValueError(f"node_width {self.node_width} is not a multiple of num_heads {self.num_heads}")
+        _check_heads(self)
         if not self.node_vocab and not self.node_float_dim:
             raise ValueError("MNA-GT needs node_vocab or node_float_dim (some node input)")
-        if self.node_vocab:
-            _check_vocab("node_vocab", self.node_vocab)
+        _check_vocabs(self, optional=("node_vocab",))
 
 
-#: Fields that model configs written before every model named its width node_width call otherwise:
-#: model name → {old name: current name}. Read by current_field_names alone.
+#: Fields that model configs on disk may call by another name (the width before every model named
+#: it node_width; EGT's attention dropout by its authors' name, as the configs of its import and
+#: exports kept it): model name → {other name: current name}. Read by current_field_names alone.
 RENAMED_FIELDS = {
     "graphormer": {"hidden_dim": "node_width"},
     "mnagt": {"hidden_dim": "node_width"},
     "et": {"width": "node_width"},
+    "egt": {"attn_dropout": "attention_dropout"},
 }
 
 

@@ -83,7 +83,7 @@ class EGTLayer(nn.Module):
         self.clip = tuple(cfg.clip_logits)
         self.gated = cfg.gated
         self.scale_degree = cfg.scale_degree
-        self.attn_dropout = cfg.attn_dropout
+        self.attention_dropout = cfg.attention_dropout
         self.attn_maskout = cfg.attn_maskout
         self.update_edges = update_edges
         width, edge_width, heads = cfg.node_width, cfg.edge_width, cfg.num_heads
@@ -116,7 +116,7 @@ class EGTLayer(nn.Module):
         if self.training and self.attn_maskout > 0:
             kept = keep_mask(h_hat.shape, self.attn_maskout, h_hat.device)[0]
             logit_mask, gate_mask = logit_mask.masked_fill(~kept, MASK_VALUE), gate_mask * kept
-        p_drop = self.attn_dropout if self.training else 0.0
+        p_drop = self.attention_dropout if self.training else 0.0
         keep, scale = keep_mask(h_hat.shape, p_drop, h_hat.device) if p_drop > 0 else (None, 1.0)
         if self.gated:
             attend = fused.gated_attention if use_kernel("gated_attention") else gated_attention

@@ -9,9 +9,10 @@ total_steps, schedule.min_lr ≤ optimizer.lr, …), and whether the configurati
 directories, evaluator ↔ the shards' targets, a head the model can carry), are `preflight.py`'s
 questions, asked with the same one-line errors before any process group starts.
 
-The user's TrainConfig is never written to. What the data and the model decide (target scaling,
-the loader's Batch fields, the model config the shards complete) goes into a `ResolvedConfig`
-(resolve.py), a copy the trainer, `gtscale evaluate` and `gtscale export` work from. A run
+Every section is a frozen dataclass, so the user's TrainConfig is never written to: what the data
+and the model decide (target scaling, the loader's Batch fields, the model config the shards
+complete) goes into a `ResolvedConfig` (resolve.py), a copy made with dataclasses.replace that the
+trainer, `gtscale evaluate` and `gtscale export` work from. A run
 directory records both: `config.yaml` (the configuration as given) and `config.resolved.yaml`.
 """
 
@@ -27,7 +28,7 @@ from gtscale.loader.config import LoaderConfig
 from gtscale.errors import UserError
 
 
-@dataclass
+@dataclass(frozen=True)
 class GraphDataConfig:
     """Node tasks sampled online from a graph store (`gtscale graph build`) instead of read from shards."""
 
@@ -57,7 +58,7 @@ class GraphDataConfig:
     lap_k: int = ranged(0, low=0, note="0 = off")  # ego: Laplacian eigenpairs, 0 = off (--lap-k)
 
 
-@dataclass
+@dataclass(frozen=True)
 class DataConfig:
     # exactly one of: shards, a folder holding manifest.json (written by `gtscale shard`), or graph
     shards: Optional[str] = None
@@ -75,7 +76,7 @@ class DataConfig:
             raise ValueError("set exactly one of data.shards (a shard folder) and data.graph (a graph store sampled online)")
 
 
-@dataclass
+@dataclass(frozen=True)
 class AuxDistanceConfig:
     """EGT's distance-prediction objective on the output edge embeddings (the model needs output_edges)."""
 
@@ -83,7 +84,7 @@ class AuxDistanceConfig:
     weight: float = ranged(0.1, low=0)  # κ: weight of its cross-entropy in the loss
 
 
-@dataclass
+@dataclass(frozen=True)
 class AuxGraphFeatConfig:
     """Molecule-level features as pretraining targets: a second graph head predicts the shards'
     graph_feat (`gtscale shard --graph-features`) from the pooled representation, Morgan bits by
@@ -93,7 +94,7 @@ class AuxGraphFeatConfig:
     weight: float = ranged(1.0, low=0)  # weight of its loss beside the task loss (both are means over the step's graphs)
 
 
-@dataclass
+@dataclass(frozen=True)
 class TaskConfig:
     # l1 for MAE tasks (PCQM4Mv2), bce for binary graph tasks, node_bce for node anomaly detection
     # (weighted BCE at the target nodes, ET eq. 22; see anomaly_weight)
@@ -132,7 +133,7 @@ class TaskConfig:
 ERROR_METRICS = ("mae", "rmse")
 
 
-@dataclass
+@dataclass(frozen=True)
 class OptimizerConfig:
     # lr 0 is allowed (torch's AdamW accepts it): the weights stay as initialised, as a fine-tuning
     # test of the data path wants; a negative one would ascend the loss.
@@ -142,14 +143,14 @@ class OptimizerConfig:
     eps: float = ranged(1e-8, low=0, low_open=True)
 
 
-@dataclass
+@dataclass(frozen=True)
 class ScheduleConfig:
     total_steps: int = ranged(1000, low=1)  # optimizer steps of the whole run
     warmup_steps: int = 100  # linear warmup from 0 to optimizer.lr; in 0..total_steps (preflight.check_cross_fields)
     min_lr: float = 0.0  # cosine decay ends here at total_steps; in [0, optimizer.lr] (preflight.check_cross_fields)
 
 
-@dataclass
+@dataclass(frozen=True)
 class FinetuneConfig:
     """How a run started from init_from treats the pretrained backbone (engine_config.param_groups)."""
 
@@ -158,7 +159,7 @@ class FinetuneConfig:
     freeze_backbone_steps: int = 0  # backbone LR 0 for the first N optimizer steps (the head trains alone); in 0..schedule.total_steps
 
 
-@dataclass
+@dataclass(frozen=True)
 class DeepSpeedConfig:
     zero_stage: int = ranged(2, low=0, high=3)  # ZeRO stage
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
@@ -168,13 +169,13 @@ class DeepSpeedConfig:
     extra: dict = field(default_factory=dict)  # merged into the generated DeepSpeed config as is
 
 
-@dataclass
+@dataclass(frozen=True)
 class CheckpointConfig:
     every: int = ranged(500, low=1)  # steps between checkpoints (and at the end)
     keep: int = ranged(2, low=0, note="0 = keep all")  # newest complete checkpoints kept (the best one is kept apart)
 
 
-@dataclass
+@dataclass(frozen=True)
 class EvalConfig:
     # steps between evaluations (and at the end); 0 = only at the end; epoch = once per pass over
     # the train split (eval_schedule.py), which suits small sets (MoleculeACE: ~75 steps of 32)
@@ -192,14 +193,14 @@ class EvalConfig:
     inference: Literal["sampled", "full"] = "sampled"
 
 
-@dataclass
+@dataclass(frozen=True)
 class LoggingConfig:
     every: int = ranged(10, low=1)  # steps between metric lines in metrics.jsonl / TensorBoard
     tensorboard: bool = True
     progress: bool = True  # tqdm bar on rank 0
 
 
-@dataclass
+@dataclass(frozen=True)
 class CompileConfig:
     """torch.compile of the task model (backbone + head), fullgraph: a graph break is an error.
     Off by default until it wins everywhere (docs/speed.md has the measurements)."""
@@ -209,7 +210,7 @@ class CompileConfig:
     cache_dir: str = "~/.cache/gtscale/inductor"  # inductor's cache, reused by resumed and later runs; must be private to you (see compile_cache.py)
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainConfig:
     data: DataConfig
     model: Any  # a configs/models name (egt-small), a YAML path, or an inline mapping

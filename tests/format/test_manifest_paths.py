@@ -39,3 +39,17 @@ def test_shard_in_a_subfolder_of_its_own_folder_is_fine(nci_shards_copy, capsys)
     relocate_first_shard(nci_shards_copy, "train/moved/by-hand.tar")
     assert load_manifest(nci_shards_copy)["splits"]["train"]["shards"][0]["path"] == "train/moved/by-hand.tar"
     assert main(["inspect", str(nci_shards_copy), "--verify"]) == 0
+
+
+@pytest.mark.parametrize("text,why", [("{oops", "malformed manifest (Expecting"), ("[1, 2]", "malformed manifest (a JSON list, not an object)"),
+                                      (b"\xff\xfe", "malformed manifest ('utf-8' codec")])
+def test_a_manifest_that_is_no_json_object_is_one_line_naming_it(tmp_path, text, why):
+    """Both readers of a JSON manifest, a shard folder's and a graph store's, refuse one that holds no JSON object alike."""
+    from gtscale.graphs.store import MANIFEST, load_manifest as load_store_manifest
+
+    for folder, name, read in ((tmp_path / "shards", "manifest.json", load_manifest), (tmp_path / "store", MANIFEST, load_store_manifest)):
+        folder.mkdir()
+        (folder / name).write_bytes(text if isinstance(text, bytes) else text.encode())
+        with pytest.raises(UserError) as err:
+            read(folder)
+        assert str(err.value).startswith(f"{folder / name}: {why}")

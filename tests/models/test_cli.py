@@ -52,7 +52,7 @@ def test_bench_model_runs_and_writes_json(tmp_path, capsys, cfg):
 
 def test_bench_model_times_kernel_selections_side_by_side(tmp_path, capsys):
     model_path, json_path = tmp_path / "tiny.yaml", tmp_path / "out.json"
-    model_path.write_text(yaml.safe_dump({**TINY_EGT, "attn_dropout": 0.3}))
+    model_path.write_text(yaml.safe_dump({**TINY_EGT, "attention_dropout": 0.3}))
     argv = ["bench", "model", "--model", str(model_path), "--batch-size", "4", "--precision", "fp32", "--kernels", "fast", "reference",
             "--steps", "1", "--warmup", "0", "--threads", "1", "--json", str(json_path)]
     assert main(argv) == 0

@@ -31,7 +31,7 @@ from gtscale.train.compiled import apply_codegen_settings, compile_count, reset_
 pytestmark = [pytest.mark.xdist_group("inductor"), pytest.mark.slow]
 
 VARIANTS = {
-    "egt": {**TINY_EGT, "attn_dropout": 0.3, "node_dropout": 0.1},
+    "egt": {**TINY_EGT, "attention_dropout": 0.3, "node_dropout": 0.1},
     "graphormer-pre-ln": {**TINY_GRAPHORMER, "attention_dropout": 0.3, "activation_dropout": 0.0},
     "graphormer-post-ln": {**TINY_GRAPHORMER, "attention_dropout": 0.0, "activation_dropout": 0.0, "post_ln": True},
     "et-dense": TINY_ET,
@@ -123,8 +123,8 @@ def test_egt_compiled_on_one_thread_equals_eager(graphs):
         torch.set_num_threads(threads)
 
 
-@pytest.mark.parametrize("attn_dropout", [0.0, 0.3])
-def test_egt_compiles_through_the_gpu_attention_wrapper(graphs, two_threads, monkeypatch, attn_dropout):
+@pytest.mark.parametrize("attention_dropout", [0.0, 0.3])
+def test_egt_compiles_through_the_gpu_attention_wrapper(graphs, two_threads, monkeypatch, attention_dropout):
     """The CPU twin of a compiled GPU step: EGT's gated attention through the autograd.Function
     that a compiled model traces on a GPU (on a CPU gtscale keeps the core opaque), with and
     without attention dropout (keep None). Dynamo captures it in one graph, AOT autograd traces
@@ -136,7 +136,7 @@ def test_egt_compiles_through_the_gpu_attention_wrapper(graphs, two_threads, mon
 
     apply_codegen_settings("cpu")
     torch.manual_seed(0)
-    model = build_model({**TINY_EGT, "attn_dropout": attn_dropout}).train()
+    model = build_model({**TINY_EGT, "attention_dropout": attention_dropout}).train()
     head = build_head({"kind": "graph", "num_outputs": 2}, model)
 
     def eager(batch):

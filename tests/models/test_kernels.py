@@ -101,7 +101,7 @@ def test_dropout_mask_kernel_draws_the_reference_masks():
 
 
 MODELS = {
-    "egt": {**TINY_EGT, "attn_dropout": 0.3, "node_dropout": 0.1},
+    "egt": {**TINY_EGT, "attention_dropout": 0.3, "node_dropout": 0.1},
     "egt-maskout": {**TINY_EGT, "attn_maskout": 0.2, "num_virtual_nodes": 0},
     "graphormer": {**TINY_GRAPHORMER, "attention_dropout": 0.0},
     "graphormer-dropout": {**TINY_GRAPHORMER, "attention_dropout": 0.3},

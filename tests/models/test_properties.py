@@ -104,7 +104,7 @@ def _dropouts(name: str) -> dict:
     if name.startswith("mnagt"):
         return {"dropout": 0.1, "attention_dropout": 0.2}
     if name.startswith("egt"):
-        return {"node_dropout": 0.1, "edge_dropout": 0.1, "attn_dropout": 0.2, "attn_maskout": 0.1}
+        return {"node_dropout": 0.1, "edge_dropout": 0.1, "attention_dropout": 0.2, "attn_maskout": 0.1}
     return {"dropout": 0.1, "attention_dropout": 0.2, "activation_dropout": 0.1}
 
 

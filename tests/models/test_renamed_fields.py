@@ -105,3 +105,14 @@ def test_training_configs_and_overrides_with_the_old_names_resolve_to_the_curren
 def test_both_names_at_once_are_refused_naming_the_file():
     with pytest.raises(UserError, match="model.yaml: hidden_dim and node_width are both set; hidden_dim is the former name of node_width"):
         current_field_names({"name": "graphormer", "hidden_dim": 8, "node_width": 8}, "model.yaml")
+
+
+def test_egt_reads_its_authors_name_of_the_attention_dropout():
+    """EGT's attention dropout is attention_dropout, as every model's; its authors' attn_dropout is
+    read as that, in training configs, overrides and exports alike."""
+    by_name = resolve_model_config(TrainConfig(DataConfig(shards="shards"), model="egt-small", model_overrides={"attn_dropout": 0.2}))
+    assert by_name["attention_dropout"] == 0.2 and "attn_dropout" not in by_name
+    shipped = read_export(export_path("moses-egt")).config  # its model.yaml keeps the authors' name
+    assert shipped["attention_dropout"] == 0.1 and "attn_dropout" not in shipped
+    with pytest.raises(UserError, match="model.yaml: attn_dropout and attention_dropout are both set"):
+        current_field_names({"name": "egt", "attn_dropout": 0.1, "attention_dropout": 0.1}, "model.yaml")

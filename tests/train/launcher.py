@@ -89,7 +89,7 @@ def write_config(path: Path, shards: Path, run_dir: Path, **sections) -> Path:
         "seed": 0,
         "data": {"shards": str(shards), "loader": {"batching": "graphs", "batch_size": 16, "num_workers": 1, "shuffle_buffer": 100, "epoch_batches": 50}},
         "model": "egt-small",
-        "model_overrides": {"num_layers": 2, "node_width": 32, "edge_width": 8, "num_heads": 4, "attn_dropout": 0.0, "num_virtual_nodes": 1},
+        "model_overrides": {"num_layers": 2, "node_width": 32, "edge_width": 8, "num_heads": 4, "attention_dropout": 0.0, "num_virtual_nodes": 1},
         "task": {"loss": "l1", "metric": "mae", "evaluator": "pcqm4mv2", "head": {"hidden": [32]}, "target_shift": 60.0, "target_scale": 40.0},
         "optimizer": {"lr": 0.002},
         "schedule": {"total_steps": 20, "warmup_steps": 5, "min_lr": 0.0001},

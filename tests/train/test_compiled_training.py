@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("inductor")]  # one work
 
 #: launcher.py's tiny EGT with one layer and no SVD encoding: each kernel of each graph is a C++ build
 #: of its own (~1-2 s on 2 cores), and what is checked here is the trainer's compiled path, not the model.
-MODEL = {"num_layers": 1, "node_width": 32, "edge_width": 8, "num_heads": 4, "attn_dropout": 0.0, "num_virtual_nodes": 1, "svd_rank": 0}
+MODEL = {"num_layers": 1, "node_width": 32, "edge_width": 8, "num_heads": 4, "attention_dropout": 0.0, "num_virtual_nodes": 1, "svd_rank": 0}
 
 LOADER = {"batching": "node_budget", "node_budget": 512, "bucket_boundaries": [21, 123], "pad_to_bucket": True, "num_workers": 1,
           "shuffle_buffer": 100, "epoch_batches": 12}

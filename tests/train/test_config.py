@@ -80,3 +80,39 @@ def test_deepspeed_extra_merges_deeply_and_refuses_what_gtscale_sets(tpsa_shards
     assert ds["train_batch_size"] == 8
     with pytest.raises(UserError, match=r"^deepspeed\.extra\.optimizer\.params\.lr: set by gtscale itself \(optimizer\.lr\)"):
         merge_extra(ds, {"optimizer": {"params": {"lr": 1.0}}})
+
+
+def sections(cls: type) -> set[type]:
+    """The dataclass `cls` and every dataclass its fields hold, however deep (Optional[...] included)."""
+    import dataclasses
+    import typing
+
+    found, todo = set(), [cls]
+    while todo:
+        current = todo.pop()
+        if current in found:
+            continue
+        found.add(current)
+        hints = typing.get_type_hints(current)
+        for f in dataclasses.fields(current):
+            todo += [t for t in (hints[f.name], *typing.get_args(hints[f.name])) if dataclasses.is_dataclass(t)]
+    return found
+
+
+def test_every_config_section_is_a_value(tmp_path):
+    """Writing to any section of a training config, the config itself or the resolved one raises:
+    "never written to" is a property of the types, not a convention."""
+    import dataclasses
+
+    from gtscale.config import from_dict
+    from gtscale.loader.config import LoaderConfig
+    from gtscale.train.config import GraphDataConfig, ResolvedConfig, TaskConfig, TrainConfig
+
+    found = sections(TrainConfig)
+    assert {TrainConfig, TaskConfig, LoaderConfig, GraphDataConfig} <= found
+    assert [cls.__name__ for cls in found if not cls.__dataclass_params__.frozen] == []
+    assert ResolvedConfig.__dataclass_params__.frozen
+    cfg = from_dict(TrainConfig, {"data": {"shards": str(tmp_path)}, "model": "egt-small"})
+    for target, name in ((cfg, "seed"), (cfg.task, "loss"), (cfg.data, "shards"), (cfg.data.loader, "seed"), (cfg.schedule, "total_steps")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(target, name, getattr(target, name))

@@ -3,6 +3,7 @@ BCE at the target nodes against a hand computation, a 2-rank run (real gloo) tha
 each eval target exactly once and trains with finite losses, and the graph store sampled online
 into the same ego subgraphs (data.graph.sampler: ego)."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -13,7 +14,7 @@ import yaml
 from launcher import logs, metrics, run_ranks, write_config
 
 NODE_TASK = {"loss": "node_bce", "metric": "auroc", "evaluator": "node-anomaly", "head": {"hidden": [16]}}
-TINY_EGO_MODEL = {"num_layers": 2, "node_width": 32, "edge_width": 8, "num_heads": 4, "attn_dropout": 0.0, "num_virtual_nodes": 1,
+TINY_EGO_MODEL = {"num_layers": 2, "node_width": 32, "edge_width": 8, "num_heads": 4, "attention_dropout": 0.0, "num_virtual_nodes": 1,
                   "svd_rank": 4, "upto_hop": 4, "edge_vocab": [1]}
 
 
@@ -48,8 +49,7 @@ def test_node_config_resolves_model_and_weight(ego_shards, tmp_path):
     labels = np.asarray(GraphStore.open(store_path).labels)
     train = labels[ratio_split(labels, 0.4, 0)["train"]]
     assert resolve_anomaly_weight(cfg.task, manifest, "train") == pytest.approx(np.sum(train == 0) / np.sum(train == 1))
-    cfg.task.anomaly_weight = 1.0
-    assert resolve_anomaly_weight(cfg.task, manifest, "train") == 1.0
+    assert resolve_anomaly_weight(dataclasses.replace(cfg.task, anomaly_weight=1.0), manifest, "train") == 1.0
 
 
 @pytest.mark.parametrize("overrides,message", [

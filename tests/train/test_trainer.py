@@ -56,7 +56,7 @@ def test_sigkill_then_resume_repeats_every_loss_bit_for_bit(tpsa_shards, tmp_pat
     resumed run starts its workers at other steps (at the resume, at the epoch's end), which must
     not move the dropout draws."""
     loader = {"batching": "node_budget", "node_budget": 512, "num_workers": 1, "shuffle_buffer": 200, "epoch_batches": 12}
-    sections = dict(data={"loader": loader}, model_overrides={"num_layers": 2, "node_width": 32, "edge_width": 8, "num_heads": 4, "attn_dropout": 0.1,
+    sections = dict(data={"loader": loader}, model_overrides={"num_layers": 2, "node_width": 32, "edge_width": 8, "num_heads": 4, "attention_dropout": 0.1,
                     "num_virtual_nodes": 1}, schedule={"total_steps": 30}, checkpoint={"every": 10, "keep": 2})
     ref = write_config(tmp_path / "ref.yaml", tpsa_shards, tmp_path / "ref", **sections)
     assert run_ranks(2, [str(ref)], tmp_path / "logr") == [0, 0], logs(tmp_path / "logr")
