@@ -48,9 +48,10 @@ from pathlib import Path
 import numpy as np
 
 from gtscale.errors import UserError
-from gtscale.fit.exports import MEAN, FittedMember, copy_export, write_choice, write_member
+from gtscale.fit.exports import MEAN, FittedMember, copy_export, planned_files, write_choice, write_member
 from gtscale.fit.report import (FIGURES, REPORT, REPORT_FORMAT, REPORT_MD, TEST_PREDICTIONS, model_labels, report_markdown, score_tests,
                                 write_figure, write_test_predictions)
+from gtscale.fit.written import RECORD, RECORD_FORMAT, WrittenRecord, legacy_files
 from gtscale.io import atomic_write_text, claim_out_dir
 from gtscale.prep.sources.base import MoleculeTable, scaffold_split
 
@@ -70,7 +71,7 @@ FINETUNE_TASKS = {"regression": [], "classification": ["task.loss=bce", "task.me
 #: How each task's candidates are compared when choosing.
 BEST = {"regression": "lowest RMSE", "classification": "highest ROC-AUC"}
 #: What marks DIR as a folder fit wrote (the only one it replaces files in).
-MARKERS = {REPORT: lambda record: record.get("format") == REPORT_FORMAT}
+MARKERS = {REPORT: lambda record: record.get("format") == REPORT_FORMAT, RECORD: lambda record: record.get("format") == RECORD_FORMAT}
 
 
 def read_fit_table(inputs: list[Path], smiles_column: str, target_columns: list[str], split: str, seed: int) -> MoleculeTable:
@@ -327,23 +328,20 @@ def fit(inputs: list[Path], out: Path, smiles_column: str = "smiles", target_col
         split: str = "random", seed: int = 0, recipe: str = DEFAULT_RECIPE, init_from: str = DEFAULT_BACKBONE, seeds: tuple[int, ...] = (0, 1, 2),
         finetune_overrides: tuple[str, ...] = (), progress: bool = True) -> dict:
     """Fit, choose, export and test (module docstring); returns the report written to out/report.json."""
-    from gtscale.models.export import claim_export_dir
-
     began = time.perf_counter()
     if recipe not in RECIPES:
         raise UserError(f"--recipe: {recipe!r} is not one of {', '.join(RECIPES)}")
     if task not in ("auto", *TASKS):
         raise UserError(f"--task: {task!r} is not one of auto, {', '.join(TASKS)}")
     out = claim_out_dir(out, MARKERS, inputs=inputs)
-    for folder in (out / "members", out / "export"):
-        claim_export_dir(folder)  # nested member exports: only ones gtscale wrote are replaced
-    out.mkdir(parents=True, exist_ok=True)
-    if not (out / REPORT).is_file():  # marks the folder as fit's before anything else is written in it: a rerun may replace it all
-        atomic_write_text(out / REPORT, json.dumps({"format": REPORT_FORMAT, "finished": False}))
+    written = WrittenRecord(out, legacy_files(out))  # what an earlier fit wrote here: only that is replaced or removed
     names = RECIPES[recipe]
     table = read_fit_table(inputs, smiles_column, list(target_columns), split, seed)
     task_from, task = "detected" if task == "auto" else "named", fit_task(table, task)
     table.task_type = TABLE_TASKS[task]
+    reports = {REPORT_MD, TEST_PREDICTIONS, FIGURES[task]}
+    written.claim(planned_files(member_folders(names, seeds), len(table.target_names)) | reports)  # refuses a user's file in the way, before the work
+    atomic_write_text(out / REPORT, json.dumps({"format": REPORT_FORMAT, "finished": False}))  # until the report replaces it: this fit did not finish
     saved_backbone, backbone = load_backbone(init_from) if "kernel" in names else (None, None)
     features = featurize(table, backbone, progress)
     targets, where = table.target_names, ", ".join(str(p) for p in table.source_files)
@@ -360,8 +358,9 @@ def fit(inputs: list[Path], out: Path, smiles_column: str = "smiles", target_col
         results.append(fit_target(t, labelled[t], task, names, record, saved_backbone, finetuned))
     fitted = {member.name: [result.fitted[m] for result in results] for m, member in enumerate(results[0].fitted)}
     for name, per_target in fitted.items():
-        write_member(out / "members" / name, per_target, targets)
-    write_choice(out / "export", fitted, [result.chosen_members() for result in results], targets)
+        written.wrote(write_member(out / "members" / name, per_target, targets))
+    written.wrote(write_choice(out / "export", fitted, [result.chosen_members() for result in results], targets))
+    earlier = written.retire(still_writing=reports)  # before scoring: an earlier fit's targets.json would be read before ensemble.json
     smiles = [table.smiles[i] for i in features.rows["test"]]
     test, test_smiles, y_test, predictions, unread = score_tests(out, [m.name for m in results[0].fitted], smiles, features.y["test"], task, targets)
     report = {
@@ -371,15 +370,20 @@ def fit(inputs: list[Path], out: Path, smiles_column: str = "smiles", target_col
         "molecules": {s: int(len(features.rows[s])) for s in SPLITS}, "left_out": features.left_out, "test_unread": unread,
         "targets": {name: target_report(result, test[name], y_test[:, t], task) for t, (name, result) in enumerate(zip(targets, results))},
         **({"mean": mean_over_targets(test)} if len(targets) > 1 else {}),
-        "baseline": "ecfp", "seconds": round(time.perf_counter() - began, 1),
+        "baseline": "ecfp", "earlier_fit": earlier.as_dict(), "seconds": round(time.perf_counter() - began, 1),
     }
     write_test_predictions(out / TEST_PREDICTIONS, test_smiles, y_test, predictions, targets)
     write_figure(out / FIGURES[task], task, y_test, predictions, targets, model_labels(task))
-    for other in set(FIGURES.values()) - {FIGURES[task]}:  # an earlier fit's of the other task
-        (out / other).unlink(missing_ok=True)
     atomic_write_text(out / REPORT_MD, report_markdown(report))
+    written.wrote(reports)
     atomic_write_text(out / REPORT, json.dumps(report, indent=1))
     return report
+
+
+def member_folders(names: tuple[str, ...], seeds: tuple[int, ...]) -> dict[str, tuple[list[str], bool]]:
+    """Each member of the recipe → (the export folders it writes, whether each predicts every target):
+    an SVR its own, the fine-tuned member one per seed (finetune_member)."""
+    return {name: ([f"finetune-seed-{s}" for s in seeds], True) if name == "finetune" else ([name], False) for name in names}
 
 
 def target_report(result: TargetFit, test: dict, y_test: np.ndarray, task: str) -> dict:

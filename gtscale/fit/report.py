@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gtscale.fit.written import describe
 from gtscale.io import atomic_write_text
 
 REPORT, REPORT_MD, TEST_PREDICTIONS = "report.json", "report.md", "test-predictions.csv"
@@ -164,6 +165,8 @@ def report_markdown(report: dict) -> str:
         tie = f"; log loss {', '.join(f'{k} {v:.4f}' for k, v in sel['logloss'].items())}" if "logloss" in sel else ""
         lines += ["", f"Chosen on train + valid only ({sel['rule']}): **{sel['chosen']}** "
                   + "(" + ", ".join(f"{k} {v:.4f}" for k, v in sel["candidates"].items()) + tie + ")."]
+    if earlier := describe(report.get("earlier_fit", {})):
+        lines += ["", *earlier]
     lines += ["", f"`gtscale predict {report['out']}/export --input mols.csv --out preds.csv` predicts with it"
               + ("" if len(targets) == 1 else " (a column per target)") + f"; {FIGURES[task]} plots its test predictions."]
     return "\n".join(lines) + "\n"
