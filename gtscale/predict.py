@@ -38,7 +38,7 @@ from tqdm import tqdm
 from gtscale.errors import UserError
 from gtscale.experiments.ensemble import ensemble, ensemble_weights
 from gtscale.inference import LoadedExport, Molecules, shard_batches
-from gtscale.io import atomic_write_text, claim_out_file, disk_full_is_user_error, read_first_line
+from gtscale.io import atomic_write_text, check_can_write, claim_out_file, disk_full_is_user_error, read_first_line
 from gtscale.members import Member, check_same_task, load_members, with_max_nodes
 from gtscale.prep.sources.base import read_csv, require_columns, text_column
 
@@ -224,6 +224,7 @@ def predict(exports: list[str], input: str, out: str, *, smiles_column: str = "s
     source = Path(input)
     target = claim_out_file(out, written_by_predict, "--out", read_mark=csv_header, inputs=[source, *exports],
                             overwrite_flag="--overwrite", overwrite=overwrite)
+    check_can_write(target, "--out")  # before the work, not after it
     members, member_weights = ensemble_of(exports, weights)
     if max_nodes is not None:
         members = [with_max_nodes(member, max_nodes) for member in members]

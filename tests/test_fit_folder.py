@@ -1,9 +1,13 @@
 """`gtscale fit`'s output folder: a rerun replaces and removes only what a fit wrote there (its
-record, written.json), never a user's file beside or inside an export; one fit at a time."""
+record, written.json), never a user's file beside or inside an export; one fit at a time; what can
+be refused is refused before the work, and Ctrl-C is one line."""
 
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -78,3 +82,37 @@ def test_a_users_file_where_fit_would_write_is_refused_before_the_work(molecules
     with pytest.raises(UserError, match=r"members/ecfp/model.yaml: gtscale fit would write this file, but it did not write"):
         fit([molecules_csv], out, recipe="ecfp", progress=False)
     assert (out / "members" / "ecfp" / "model.yaml").read_text() == "my own model\n"
+
+
+def test_a_second_fit_into_a_folder_in_use_is_refused(molecules_csv, tmp_path):
+    """A fit holds its --out as training holds its run_dir: the other one is refused, in one line naming its holder."""
+    out = tmp_path / "x"
+    hold = "import sys, time; from gtscale.train import run_lock; run_lock.acquire(sys.argv[1]); print('held', flush=True); time.sleep(600)"
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(UserError, match=r"--out .*x: another gtscale fit is using it \(pid \d+ on host"):
+            fit([molecules_csv], out, recipe="ecfp", progress=False)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert sorted(p.name for p in out.iterdir()) == ["run.lock"]
+    fit([molecules_csv], out, recipe="ecfp", progress=False)  # once it has ended, the folder is free
+
+
+def test_targets_of_one_value_are_refused_before_the_work(molecules_csv, tmp_path):
+    frame = pd.read_csv(molecules_csv).assign(y=5.51)
+    frame.to_csv(tmp_path / "equal.csv", index=False)
+    with pytest.raises(UserError, match=r"equal.csv: every train and valid row holds 5.51 in target column 'y'; fit needs targets that vary"):
+        fit([tmp_path / "equal.csv"], tmp_path / "x", recipe="ecfp", progress=False)
+    assert not (tmp_path / "x").exists()  # a fit refused before its work leaves no folder behind
+
+
+def test_ctrl_c_ends_fit_with_one_line_and_130(molecules_csv, tmp_path):
+    fit_command = [sys.executable, "-m", "gtscale.cli", "fit", str(molecules_csv), "--target-columns", "y", "--out", str(tmp_path / "x")]
+    run = subprocess.Popen(fit_command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert run.stdout.readline().startswith("train: ")  # under way
+    run.send_signal(signal.SIGINT)
+    _, err = run.communicate(timeout=120)
+    assert run.returncode == 130 and err == "gtscale fit: interrupted\n"
+    assert json.loads((tmp_path / "x" / "report.json").read_text()) == {"format": "gtscale-fit", "finished": False}

@@ -51,7 +51,7 @@ from gtscale.errors import UserError
 from gtscale.fit.exports import MEAN, FittedMember, copy_export, planned_files, write_choice, write_member
 from gtscale.fit.report import (FIGURES, REPORT, REPORT_FORMAT, REPORT_MD, TEST_PREDICTIONS, model_labels, report_markdown, score_tests,
                                 write_figure, write_test_predictions)
-from gtscale.fit.written import RECORD, RECORD_FORMAT, WrittenRecord, legacy_files
+from gtscale.fit.written import RECORD, RECORD_FORMAT, WrittenRecord, legacy_files, remove_if_unused
 from gtscale.io import atomic_write_text, claim_out_dir
 from gtscale.prep.sources.base import MoleculeTable, scaffold_split
 
@@ -103,6 +103,19 @@ def read_fit_table(inputs: list[Path], smiles_column: str, target_columns: list[
         raise UserError(f"{inputs[0]}: --split {split} gives splits {', '.join(sorted(table.splits))}; fit needs train, valid and test"
                         + (f" (no {', '.join(missing)} rows)" if missing else f" (unknown {', '.join(other)})"))
     return table
+
+
+def check_targets_vary(table: MoleculeTable, task: str) -> None:
+    """Before any work: a regression target that holds one value in every train and valid row has
+    nothing to fit (and its report would divide by an RMSE of 0): one line naming the column."""
+    if task != "regression":
+        return  # a classification's classes are counted by check_target
+    rows = np.concatenate([table.splits["train"], table.splits["valid"]])
+    for t, name in enumerate(table.target_names):
+        values = table.targets[rows, t][np.isfinite(table.targets[rows, t])]
+        if len(values) and np.ptp(values) == 0:
+            where = ", ".join(str(p) for p in table.source_files)
+            raise UserError(f"{where}: every train and valid row holds {values[0]:g} in target column {name!r}; fit needs targets that vary")
 
 
 def fit_task(table: MoleculeTable, task: str) -> str:
@@ -327,18 +340,40 @@ def fit_target(t: int, labelled: Features, task: str, names: tuple[str, ...], re
 def fit(inputs: list[Path], out: Path, smiles_column: str = "smiles", target_columns: tuple[str, ...] = ("y",), task: str = "auto",
         split: str = "random", seed: int = 0, recipe: str = DEFAULT_RECIPE, init_from: str = DEFAULT_BACKBONE, seeds: tuple[int, ...] = (0, 1, 2),
         finetune_overrides: tuple[str, ...] = (), progress: bool = True) -> dict:
-    """Fit, choose, export and test (module docstring); returns the report written to out/report.json."""
-    began = time.perf_counter()
+    """Fit, choose, export and test (module docstring); returns the report written to out/report.json.
+    One fit at a time in `out`: it is locked as training locks its run_dir (train/run_lock.py),
+    which also finds an unwritable `out` before any work."""
+    from gtscale.train import run_lock
+
     if recipe not in RECIPES:
         raise UserError(f"--recipe: {recipe!r} is not one of {', '.join(RECIPES)}")
     if task not in ("auto", *TASKS):
         raise UserError(f"--task: {task!r} is not one of auto, {', '.join(TASKS)}")
-    out = claim_out_dir(out, MARKERS, inputs=inputs)
-    written = WrittenRecord(out, legacy_files(out))  # what an earlier fit wrote here: only that is replaced or removed
+    out = claim_out_dir(out, MARKERS, inputs=inputs, own={run_lock.LOCK_FILE: run_lock.is_lock_file})
+    new = not out.exists()
+    lock = run_lock.acquire(out, option="--out", holder_name="another gtscale fit")
+    try:
+        written = WrittenRecord(out, legacy_files(out))  # what an earlier fit wrote here: only that is replaced or removed
+        if new:
+            written.save()  # marks the folder as fit's before anything else is written in it
+        return fit_locked(inputs, out, written, smiles_column, target_columns, task, split, seed, recipe, init_from, seeds, finetune_overrides, progress)
+    except UserError:
+        if new:  # refused before its work: a folder it made for nothing goes again
+            remove_if_unused(out, {REPORT, RECORD, run_lock.LOCK_FILE})
+        raise
+    finally:
+        lock.release()
+
+
+def fit_locked(inputs: list[Path], out: Path, written: WrittenRecord, smiles_column: str, target_columns: tuple[str, ...], task: str, split: str,
+               seed: int, recipe: str, init_from: str, seeds: tuple[int, ...], finetune_overrides: tuple[str, ...], progress: bool) -> dict:
+    """fit's work, in `out` once fit holds it (`written`: its record of what fit wrote there)."""
+    began = time.perf_counter()
     names = RECIPES[recipe]
     table = read_fit_table(inputs, smiles_column, list(target_columns), split, seed)
     task_from, task = "detected" if task == "auto" else "named", fit_task(table, task)
     table.task_type = TABLE_TASKS[task]
+    check_targets_vary(table, task)
     reports = {REPORT_MD, TEST_PREDICTIONS, FIGURES[task]}
     written.claim(planned_files(member_folders(names, seeds), len(table.target_names)) | reports)  # refuses a user's file in the way, before the work
     atomic_write_text(out / REPORT, json.dumps({"format": REPORT_FORMAT, "finished": False}))  # until the report replaces it: this fit did not finish

@@ -131,7 +131,7 @@ def model_labels(task: str) -> dict[str, str]:
 #: The test table of each task: (header, the row of one model's metrics beside the baseline's).
 TABLES = {
     "regression": ("| model | test RMSE | test MAE | test R² | RMSE ÷ baseline |\n| --- | --- | --- | --- | --- |",
-                   lambda m, base: f"{m['rmse']:.4f} | {m['mae']:.4f} | {m['r2']:.3f} | {m['rmse'] / base['rmse']:.3f}"),
+                   lambda m, base: f"{m['rmse']:.4f} | {m['mae']:.4f} | {m['r2']:.3f} | " + (f"{m['rmse'] / base['rmse']:.3f}" if base["rmse"] else "—")),
     "classification": ("| model | test ROC-AUC | test PR-AUC | test log loss | ROC-AUC − baseline |\n| --- | --- | --- | --- | --- |",
                        lambda m, base: f"{m['rocauc']:.4f} | {m['prauc']:.4f} | {m['logloss']:.4f} | {m['rocauc'] - base['rocauc']:+.4f}"),
 }

@@ -160,3 +160,14 @@ def legacy_files(out: Path) -> list[str]:
             if marked:
                 files += [str((folder / name).relative_to(out)) for name in (*FILES, ENSEMBLE_FILE, TARGETS_FILE) if (folder / name).is_file()]
     return files
+
+
+def remove_if_unused(out: Path, own: set[str]) -> None:
+    """Remove the folder `out` a fit made, if it holds nothing but fit's `own` files (its record, an
+    unfinished report, its lock) and its record names no file there: a fit refused before its work."""
+    entries = list(out.iterdir())
+    if any(p.name not in own or not p.is_file() for p in entries) or any((out / p).exists() for p in read_record(out)):
+        return
+    for entry in entries:
+        entry.unlink()
+    out.rmdir()
