@@ -539,6 +539,19 @@ def fit_on(change: Callable | None = None, *extra: str, out: Callable[[Path], Pa
     return prepare
 
 
+def three_files(test_of: Callable):
+    """The fit CSV as train (rows 0..99), valid (100..124) and test_of(frame) files."""
+    def inputs_of(tmp: Path, source: Path) -> list[Path]:
+        import pandas as pd
+
+        frame = pd.read_csv(source)
+        parts = {"train": frame.iloc[:100], "valid": frame.iloc[100:125], "test": test_of(frame)}
+        for name, part in parts.items():
+            part.to_csv(tmp / f"{name}.csv", index=False)
+        return [tmp / f"{name}.csv" for name in parts]
+    return inputs_of
+
+
 def stub_with_users_file(tmp: Path) -> Path:
     """A folder a failed fit left (its unfinished report.json) with a user's file where fit writes one."""
     (tmp / "out" / "members" / "ecfp").mkdir(parents=True)
@@ -595,6 +608,9 @@ CASES = [
     Case("fit-users-file-where-fit-writes", fit_on(out=stub_with_users_file), "members/ecfp/model.yaml: gtscale fit would write this file"),
     Case("fit-out-in-use", fit_on(out=run_dir_in_use), "another gtscale fit is using it (pid"),
     Case("fit-out-read-only", fit_on(out=lambda tmp: tmpfs(tmp, "1m", read_only=True) / "out"), "read-only file system; choose a writable --out"),
+    Case("fit-test-file-is-the-train-file", fit_on(inputs_of=three_files(lambda f: f.iloc[:100])), "every one of the 100 test molecules is also in the train split"),
+    Case("fit-test-molecules-in-train", fit_on(inputs_of=three_files(lambda f: f.iloc[[*range(125, 137), *range(48)]])),
+         "48 of 60 test molecules are also in train", code=0, changes=("out/",)),
     Case("fit-targets-of-one-value", fit_on(lambda frame: frame.assign(y=5.51)), "every train and valid row holds 5.51 in target column 'y'"),
     # output folders gtscale did not write, or inside the input
     Case("shard-out-holds-foreign-manifest", out_holding("manifest.json"), "holds files gtscale did not write (manifest.json;"),

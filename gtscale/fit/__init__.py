@@ -33,6 +33,10 @@ reads, in one command.
    (the tables and the choice), DIR/parity.png or, for a classification, DIR/roc.png, and
    DIR/test-predictions.csv.
 
+A molecule in several rows (by canonical SMILES) is counted across and within the splits and warned
+of, or made one row before the split (`duplicates`: fit/duplicates.py); a test split of train's
+molecules alone is refused.
+
 Rows the members cannot read (RDKit cannot parse them, or they are larger than the molecule caps of
 prep/molecule_limits.py) are left out of every target, blank cells of their target, and both are
 counted in the report.
@@ -41,6 +45,7 @@ counted in the report.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -70,6 +75,8 @@ TABLE_TASKS = {"regression": "graph_regression", "classification": "graph_classi
 FINETUNE_TASKS = {"regression": [], "classification": ["task.loss=bce", "task.metric=rocauc", "task.evaluator=binary"]}
 #: How each task's candidates are compared when choosing.
 BEST = {"regression": "lowest RMSE", "classification": "highest ROC-AUC"}
+#: What fit does with a molecule that occurs in more than one row (fit/duplicates.py).
+DUPLICATES = ("warn", "aggregate")
 #: What marks DIR as a folder fit wrote (the only one it replaces files in).
 MARKERS = {REPORT: lambda record: record.get("format") == REPORT_FORMAT, RECORD: lambda record: record.get("format") == RECORD_FORMAT}
 
@@ -103,6 +110,25 @@ def read_fit_table(inputs: list[Path], smiles_column: str, target_columns: list[
         raise UserError(f"{inputs[0]}: --split {split} gives splits {', '.join(sorted(table.splits))}; fit needs train, valid and test"
                         + (f" (no {', '.join(missing)} rows)" if missing else f" (unknown {', '.join(other)})"))
     return table
+
+
+def handle_duplicates(table: MoleculeTable, task: str, duplicates: str, split: str, seed: int) -> tuple[MoleculeTable, dict]:
+    """(the table, with one row per molecule when `duplicates` is aggregate, split again as `split`
+    says when fit made the split; the count of molecules repeated across and within the splits:
+    fit/duplicates.py), each warning printed; a test split of train's molecules is refused."""
+    from gtscale.fit.duplicates import aggregate, count_duplicates, molecule_keys, refuse_test_of_train, warnings
+    from gtscale.prep.sources.base import seeded_split
+
+    keys, merged = molecule_keys(table.smiles), 0
+    if duplicates == "aggregate":
+        table, keys, merged = aggregate(table, keys, task)
+        if split in ("random", "scaffold"):  # the split is of molecules, not of rows
+            table.splits = seeded_split(len(table.smiles), seed) if split == "random" else scaffold_split(table.smiles, seed)
+    counts = count_duplicates(table, keys)
+    refuse_test_of_train(table, counts)
+    for line in warnings(counts, aggregated=merged > 0):
+        print(f"warning: {line}", file=sys.stderr)
+    return table, {**counts, "handling": duplicates, "rows_merged": merged}
 
 
 def check_targets_vary(table: MoleculeTable, task: str) -> None:
@@ -339,7 +365,7 @@ def fit_target(t: int, labelled: Features, task: str, names: tuple[str, ...], re
 
 def fit(inputs: list[Path], out: Path, smiles_column: str = "smiles", target_columns: tuple[str, ...] = ("y",), task: str = "auto",
         split: str = "random", seed: int = 0, recipe: str = DEFAULT_RECIPE, init_from: str = DEFAULT_BACKBONE, seeds: tuple[int, ...] = (0, 1, 2),
-        finetune_overrides: tuple[str, ...] = (), progress: bool = True) -> dict:
+        finetune_overrides: tuple[str, ...] = (), duplicates: str = "warn", progress: bool = True) -> dict:
     """Fit, choose, export and test (module docstring); returns the report written to out/report.json.
     One fit at a time in `out`: it is locked as training locks its run_dir (train/run_lock.py),
     which also finds an unwritable `out` before any work."""
@@ -349,6 +375,8 @@ def fit(inputs: list[Path], out: Path, smiles_column: str = "smiles", target_col
         raise UserError(f"--recipe: {recipe!r} is not one of {', '.join(RECIPES)}")
     if task not in ("auto", *TASKS):
         raise UserError(f"--task: {task!r} is not one of auto, {', '.join(TASKS)}")
+    if duplicates not in DUPLICATES:
+        raise UserError(f"--duplicates: {duplicates!r} is not one of {', '.join(DUPLICATES)}")
     out = claim_out_dir(out, MARKERS, inputs=inputs, own={run_lock.LOCK_FILE: run_lock.is_lock_file})
     new = not out.exists()
     lock = run_lock.acquire(out, option="--out", holder_name="another gtscale fit")
@@ -356,7 +384,8 @@ def fit(inputs: list[Path], out: Path, smiles_column: str = "smiles", target_col
         written = WrittenRecord(out, legacy_files(out))  # what an earlier fit wrote here: only that is replaced or removed
         if new:
             written.save()  # marks the folder as fit's before anything else is written in it
-        return fit_locked(inputs, out, written, smiles_column, target_columns, task, split, seed, recipe, init_from, seeds, finetune_overrides, progress)
+        return fit_locked(inputs, out, written, smiles_column, target_columns, task, split, seed, recipe, init_from, seeds, finetune_overrides,
+                          duplicates, progress)
     except UserError:
         if new:  # refused before its work: a folder it made for nothing goes again
             remove_if_unused(out, {REPORT, RECORD, run_lock.LOCK_FILE})
@@ -366,13 +395,15 @@ def fit(inputs: list[Path], out: Path, smiles_column: str = "smiles", target_col
 
 
 def fit_locked(inputs: list[Path], out: Path, written: WrittenRecord, smiles_column: str, target_columns: tuple[str, ...], task: str, split: str,
-               seed: int, recipe: str, init_from: str, seeds: tuple[int, ...], finetune_overrides: tuple[str, ...], progress: bool) -> dict:
+               seed: int, recipe: str, init_from: str, seeds: tuple[int, ...], finetune_overrides: tuple[str, ...], duplicates: str,
+               progress: bool) -> dict:
     """fit's work, in `out` once fit holds it (`written`: its record of what fit wrote there)."""
     began = time.perf_counter()
     names = RECIPES[recipe]
     table = read_fit_table(inputs, smiles_column, list(target_columns), split, seed)
     task_from, task = "detected" if task == "auto" else "named", fit_task(table, task)
     table.task_type = TABLE_TASKS[task]
+    table, repeats = handle_duplicates(table, task, duplicates, split if len(inputs) == 1 else "files", seed)
     check_targets_vary(table, task)
     reports = {REPORT_MD, TEST_PREDICTIONS, FIGURES[task]}
     written.claim(planned_files(member_folders(names, seeds), len(table.target_names)) | reports)  # refuses a user's file in the way, before the work
@@ -402,7 +433,7 @@ def fit_locked(inputs: list[Path], out: Path, written: WrittenRecord, smiles_col
         "format": REPORT_FORMAT, "out": str(out), "inputs": [str(p) for p in inputs], "smiles_column": smiles_column, "task": task, "task_from": task_from,
         "split": split if len(inputs) == 1 else "files", "seed": seed, "recipe": recipe,
         "backbone": str(init_from) if {"kernel", "finetune"} & set(names) else None,
-        "molecules": {s: int(len(features.rows[s])) for s in SPLITS}, "left_out": features.left_out, "test_unread": unread,
+        "molecules": {s: int(len(features.rows[s])) for s in SPLITS}, "left_out": features.left_out, "test_unread": unread, "duplicates": repeats,
         "targets": {name: target_report(result, test[name], y_test[:, t], task) for t, (name, result) in enumerate(zip(targets, results))},
         **({"mean": mean_over_targets(test)} if len(targets) > 1 else {}),
         "baseline": "ecfp", "earlier_fit": earlier.as_dict(), "seconds": round(time.perf_counter() - began, 1),

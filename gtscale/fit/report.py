@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gtscale.fit.duplicates import warnings
 from gtscale.fit.written import describe
 from gtscale.io import atomic_write_text
 
@@ -150,6 +151,11 @@ def report_markdown(report: dict) -> str:
              f"{n['train']} train, {n['valid']} valid, {n['test']} test molecules (split: {report['split']}); "
              f"{task} ({TASK_FROM[report['task_from']][task]}); recipe {report['recipe']}"
              + (f", backbone {report['backbone']}" if report["backbone"] else "") + f"; {report['seconds']} s."]
+    if repeats := warnings(report["duplicates"], aggregated=report["duplicates"]["rows_merged"] > 0):
+        lines += ["", *(f"**Warning**: {line}." for line in repeats)]
+    if report["duplicates"]["rows_merged"]:
+        lines += ["", f"{report['duplicates']['rows_merged']} rows of molecules given more than once were merged into their molecule's row "
+                  "(--duplicates aggregate: targets averaged)."]
     if len(targets) > 1:
         lines += ["", f"## Mean over the {len(targets)} targets", "", "Each target counts once; the model of each target is chosen on its own "
                   "(below), so the chosen model's row mixes members.", "", *test_table(report["mean"], task)]

@@ -1,0 +1,73 @@
+"""What `gtscale fit` makes of its input before any work: molecules repeated across the splits are
+counted and warned of (or merged into one row each), a test split of train's molecules is refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gtscale.errors import UserError
+from gtscale.fit import fit
+from gtscale.fit.duplicates import aggregate, molecule_keys
+from gtscale.prep.sources.base import MoleculeTable
+from gtscale.prep.sources.bundled import read_nci_tpsa
+
+ROWS = 150
+
+
+@pytest.fixture(scope="module")
+def frame() -> pd.DataFrame:
+    table = read_nci_tpsa()
+    return pd.DataFrame({"smiles": table.smiles[:ROWS], "y": table.targets[:ROWS, 0]})
+
+
+def three_files(frame: pd.DataFrame, folder: Path, test: pd.DataFrame) -> list[Path]:
+    paths = [folder / f"{name}.csv" for name in ("train", "valid", "test")]
+    for path, part in zip(paths, (frame.iloc[:100], frame.iloc[100:125], test)):
+        part.to_csv(path, index=False)
+    return paths
+
+
+def test_test_molecules_also_in_train_are_counted_and_warned_of(frame, tmp_path, capsys):
+    test = pd.concat([frame.iloc[125:137], frame.iloc[:48]])  # 48 of 60 test molecules are train's
+    report = fit(three_files(frame, tmp_path, test), tmp_path / "x", recipe="ecfp", progress=False)
+    assert report["duplicates"]["test_in_train"] == 48 and report["duplicates"]["rows"]["test"] == 60
+    warning = "48 of 60 test molecules are also in train: the test metrics partly measure molecules the models trained on"
+    assert warning in capsys.readouterr().err and warning in (tmp_path / "x" / "report.md").read_text()
+
+
+def test_the_train_file_as_the_test_file_is_refused(frame, tmp_path):
+    paths = three_files(frame, tmp_path, frame.iloc[125:])
+    with pytest.raises(UserError, match="every one of the 100 test molecules is also in the train split"):
+        fit([paths[0], paths[1], paths[0]], tmp_path / "x", recipe="ecfp", progress=False)
+
+
+def test_aggregate_gives_each_molecule_one_row_with_its_mean_in_the_first_split_holding_it():
+    smiles = ["CCO", "c1ccccc1", "OCC", "CCN", "C(C)O"]  # CCO three times, written three ways
+    table = MoleculeTable(name="t", smiles=smiles, idx=np.arange(5), targets=np.array([[1.0], [5.0], [3.0], [7.0], [8.0]], np.float32),
+                          target_names=["y"], task_type="graph_regression",
+                          splits={"train": np.array([1, 2]), "valid": np.array([3]), "test": np.array([0, 4])})
+    merged, keys, rows_merged = aggregate(table, molecule_keys(smiles), "regression")
+    assert rows_merged == 2 and len(merged.smiles) == 3 and keys.count("CCO") == 1
+    row = merged.smiles.index("OCC")  # train holds it, so train keeps it
+    assert merged.targets[row, 0] == pytest.approx(4.0) and row in merged.splits["train"] and not len(merged.splits["test"])
+    labels = MoleculeTable(name="t", smiles=smiles[:3], idx=np.arange(3), targets=np.array([[1.0], [0.0], [0.0]], np.float32), target_names=["y"],
+                           task_type="graph_regression", splits={"train": np.array([0, 1, 2]), "valid": np.array([], np.int64), "test": np.array([], np.int64)})
+    merged, _, _ = aggregate(labels, molecule_keys(smiles[:3]), "classification")
+    assert np.isnan(merged.targets[merged.smiles.index("CCO"), 0])  # labels 1 and 0: a tie leaves the cell blank
+
+
+def test_a_fit_with_duplicates_aggregated_tests_on_new_molecules_only(frame, tmp_path):
+    doubled = pd.concat([frame, frame.iloc[:60].assign(y=frame.y.iloc[:60] + 2.0)], ignore_index=True)
+    doubled.to_csv(tmp_path / "doubled.csv", index=False)
+    warned = fit([tmp_path / "doubled.csv"], tmp_path / "warned", recipe="ecfp", progress=False)
+    assert warned["duplicates"]["test_in_train"] > 0 and sum(warned["molecules"].values()) == ROWS + 60
+    merged = fit([tmp_path / "doubled.csv"], tmp_path / "merged", recipe="ecfp", duplicates="aggregate", progress=False)
+    counts = merged["duplicates"]
+    assert counts["rows_merged"] == 60 and counts["test_in_train"] == counts["test_in_valid"] == counts["valid_in_train"] == 0
+    assert sum(merged["molecules"].values()) == ROWS and json.loads((tmp_path / "merged" / "report.json").read_text())["duplicates"] == counts
+    assert "60 rows of molecules given more than once were merged" in (tmp_path / "merged" / "report.md").read_text()
