@@ -611,6 +611,10 @@ CASES = [
     Case("fit-test-file-is-the-train-file", fit_on(inputs_of=three_files(lambda f: f.iloc[:100])), "every one of the 100 test molecules is also in the train split"),
     Case("fit-test-molecules-in-train", fit_on(inputs_of=three_files(lambda f: f.iloc[[*range(125, 137), *range(48)]])),
          "48 of 60 test molecules are also in train", code=0, changes=("out/",)),
+    Case("fit-infinite-target", fit_on(lambda frame: frame.assign(y=frame.y.where(frame.index != 3, float("inf")))),
+         "mols.csv: data row 4: target column 'y' holds inf"),
+    Case("fit-unreadable-rows", fit_on(lambda frame: frame.assign(smiles=frame.smiles.where(frame.index != 3, "not a molecule"))),
+         "1 SMILES RDKit cannot read", code=0, changes=("out/",)),
     Case("fit-targets-of-one-value", fit_on(lambda frame: frame.assign(y=5.51)), "every train and valid row holds 5.51 in target column 'y'"),
     # output folders gtscale did not write, or inside the input
     Case("shard-out-holds-foreign-manifest", out_holding("manifest.json"), "holds files gtscale did not write (manifest.json;"),

@@ -71,3 +71,30 @@ def test_a_fit_with_duplicates_aggregated_tests_on_new_molecules_only(frame, tmp
     assert counts["rows_merged"] == 60 and counts["test_in_train"] == counts["test_in_valid"] == counts["valid_in_train"] == 0
     assert sum(merged["molecules"].values()) == ROWS and json.loads((tmp_path / "merged" / "report.json").read_text())["duplicates"] == counts
     assert "60 rows of molecules given more than once were merged" in (tmp_path / "merged" / "report.md").read_text()
+
+
+def test_an_infinite_target_is_refused_naming_its_row(frame, tmp_path):
+    frame.assign(y=frame.y.where(frame.index != 3, np.inf)).to_csv(tmp_path / "inf.csv", index=False)
+    with pytest.raises(UserError, match=r"inf.csv: data row 4: target column 'y' holds inf \(1 such cell\(s\)\); a target is a finite number"):
+        fit([tmp_path / "inf.csv"], tmp_path / "x", recipe="ecfp", progress=False)
+
+
+def test_the_report_says_what_was_left_out_of_each_split_and_each_members_hyperparameters(frame, tmp_path):
+    unreadable = pd.DataFrame({"smiles": ["C1CC", "not a molecule", "C" * 700], "y": [1.0, 2.0, np.nan]})
+    pd.concat([frame.assign(y=frame.y.where(frame.index != 5)), unreadable], ignore_index=True).to_csv(tmp_path / "mols.csv", index=False)
+    report = fit([tmp_path / "mols.csv"], tmp_path / "x", recipe="ecfp", progress=False)
+    text = (tmp_path / "x" / "report.md").read_text()
+    left_out = {split: sum(reasons.values()) for split, reasons in report["left_out"].items()}
+    assert sum(left_out.values()) == 3 and "Left out, as no member reads them: " in text
+    assert all(f"{n} {split} (" in text for split, n in left_out.items() if n)
+    assert "SMILES RDKit cannot read" in text and "more atoms than the cap" in text
+    missing = report["targets"]["y"]["missing"]
+    assert sum(missing.values()) == 1 and "Rows without a value of y (left out of its fit and test): " in text
+    assert f"ECFP4 + SVR (baseline): C {report['targets']['y']['members']['ecfp']['C']:.4g}" in text
+
+
+def test_a_kernel_member_of_weight_0_is_named_the_baseline():
+    from gtscale.fit.report import chosen_words
+
+    assert "this member is the ECFP4 baseline's model" in chosen_words("kernel", {"C": 10.0, "similarity": "tanimoto", "weight": 0.0, "gamma": 0.1})
+    assert "baseline" not in chosen_words("kernel", {"C": 10.0, "similarity": "tanimoto", "weight": 0.5, "gamma": 0.1})

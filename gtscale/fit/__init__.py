@@ -93,6 +93,8 @@ def read_fit_table(inputs: list[Path], smiles_column: str, target_columns: list[
         raise UserError(f"--target-columns: {twice!r} is named twice")
     if len(inputs) == 3:
         tables = [read_smiles_table(p, smiles_column, target_columns, "graph_regression") for p in inputs]
+        for table in tables:
+            refuse_infinite_targets(table)
         sizes = np.cumsum([0] + [len(t.smiles) for t in tables])
         splits = {name: np.arange(sizes[i], sizes[i + 1], dtype=np.int64) for i, name in enumerate(SPLITS)}
         return MoleculeTable(name=inputs[0].name, smiles=[s for t in tables for s in t.smiles], idx=np.arange(sizes[-1], dtype=np.int64),
@@ -102,6 +104,7 @@ def read_fit_table(inputs: list[Path], smiles_column: str, target_columns: list[
     if column is None and split not in ("random", "scaffold"):
         raise UserError(f"--split: {split!r} is not one of random, scaffold, column:NAME")
     table = read_smiles_table(inputs[0], smiles_column, target_columns, "graph_regression", split_column=column, seed=seed)
+    refuse_infinite_targets(table)
     if split == "scaffold":
         table.splits = scaffold_split(table.smiles, seed)
     missing = [name for name in SPLITS if not len(table.splits.get(name, []))]
@@ -142,6 +145,16 @@ def check_targets_vary(table: MoleculeTable, task: str) -> None:
         if len(values) and np.ptp(values) == 0:
             where = ", ".join(str(p) for p in table.source_files)
             raise UserError(f"{where}: every train and valid row holds {values[0]:g} in target column {name!r}; fit needs targets that vary")
+
+
+def refuse_infinite_targets(table: MoleculeTable) -> None:
+    """One line naming the first row of the file `table` was read from whose target is infinite
+    (inf, or a number beyond float32's range): a blank cell is no value, an infinite one no measurement."""
+    rows, columns = np.nonzero(np.isinf(table.targets))
+    if len(rows):
+        row, t = rows[0], columns[0]
+        raise UserError(f"{table.source_files[0]}: data row {row + 1}: target column {table.target_names[t]!r} holds {table.targets[row, t]:g} "
+                        f"({len(rows)} such cell(s)); a target is a finite number, or a blank cell for no value")
 
 
 def fit_task(table: MoleculeTable, task: str) -> str:

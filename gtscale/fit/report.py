@@ -146,11 +146,11 @@ def report_markdown(report: dict) -> str:
     """Per target, the test table (each member and the chosen model, beside the baseline) and the
     choice; with several targets, the table of each model's mean over them first."""
     task, targets = report["task"], list(report["targets"])
-    n = report["molecules"]
+    n, labels = report["molecules"], model_labels(task)
     lines = [f"# gtscale fit: {', '.join(targets)} of {Path(report['inputs'][0]).name}", "",
              f"{n['train']} train, {n['valid']} valid, {n['test']} test molecules (split: {report['split']}); "
              f"{task} ({TASK_FROM[report['task_from']][task]}); recipe {report['recipe']}"
-             + (f", backbone {report['backbone']}" if report["backbone"] else "") + f"; {report['seconds']} s."]
+             + (f", backbone {report['backbone']}" if report["backbone"] else "") + f"; {report['seconds']} s.", "", left_out_line(report)]
     if repeats := warnings(report["duplicates"], aggregated=report["duplicates"]["rows_merged"] > 0):
         lines += ["", *(f"**Warning**: {line}." for line in repeats)]
     if report["duplicates"]["rows_merged"]:
@@ -166,7 +166,12 @@ def report_markdown(report: dict) -> str:
         if task == "classification":
             ones, labelled = result["test_positives"], result["test_labelled"]
             lines += ["", f"Test: {ones} of {labelled} molecules labelled 1 ({ones / max(labelled, 1):.3f}: the PR-AUC of a random ranking)."]
+        if any(result["missing"].values()):
+            lines += ["", f"Rows without a value of {target} (left out of its fit and test): "
+                      + ", ".join(f"{n} {split}" for split, n in result["missing"].items()) + "."]
         lines += ["", *test_table(result["test"], task)]
+        lines += ["", "Each member's hyperparameters, chosen on train + valid: " + "; ".join(
+            f"{labels[name] if name in labels else name}: {chosen_words(name, chosen)}" for name, chosen in result["members"].items()) + "."]
         sel = result["selection"]
         tie = f"; log loss {', '.join(f'{k} {v:.4f}' for k, v in sel['logloss'].items())}" if "logloss" in sel else ""
         lines += ["", f"Chosen on train + valid only ({sel['rule']}): **{sel['chosen']}** "
@@ -176,6 +181,30 @@ def report_markdown(report: dict) -> str:
     lines += ["", f"`gtscale predict {report['out']}/export --input mols.csv --out preds.csv` predicts with it"
               + ("" if len(targets) == 1 else " (a column per target)") + f"; {FIGURES[task]} plots its test predictions."]
     return "\n".join(lines) + "\n"
+
+
+#: What each reason a row is left out for means (prep/featurize.py and prep/molecule_limits.py name them).
+REASONS = {"invalid_smiles": "SMILES RDKit cannot read", "empty_smiles": "empty SMILES", "empty_molecule": "no atoms",
+           "smiles_too_long": "SMILES beyond the length cap", "too_many_nodes": "more atoms than the cap"}
+
+
+def left_out_line(report: dict) -> str:
+    """Which rows of each split no member reads, and why (report.json `left_out`, `test_unread`)."""
+    parts = [f"{sum(reasons.values())} {split} (" + ", ".join(f"{n} {REASONS.get(why, why.replace('_', ' '))}" for why, n in reasons.items()) + ")"
+             for split, reasons in report["left_out"].items() if reasons]
+    unread = f"; {report['test_unread']} more test rows some model could not read" if report.get("test_unread") else ""
+    return ("Left out, as no member reads them: " + ", ".join(parts) + unread + "." if parts or unread
+            else "Left out: no row (every molecule is read by every member).")
+
+
+def chosen_words(member: str, chosen: dict) -> str:
+    """A member's chosen hyperparameters in words (report.json targets.*.members)."""
+    shown = {k: v for k, v in chosen.items() if k in ("C", "similarity", "weight", "gamma", "seeds", "steps")}
+    words = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in shown.items())
+    if member == "kernel" and chosen.get("weight") == 0:
+        words += (" (weight 0: the backbone's kernel has no share, so this member is the ECFP4 baseline's model, its C chosen alike)"
+                  if chosen.get("similarity", "tanimoto") == "tanimoto" else " (weight 0: the backbone's kernel has no share: an ECFP4 MinMax SVR)")
+    return words
 
 
 def test_table(test: dict[str, dict[str, float]], task: str) -> list[str]:
