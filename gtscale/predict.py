@@ -72,10 +72,21 @@ def ensemble_of(exports: list[str], weights: list[float] | None) -> tuple[list[M
     outer = ensemble_weights(weights, len(exports))
     members, inner = [], []
     for share, path in zip(outer, exports):
-        found, found_weights = load_members(Path(path))
+        found, found_weights = load_members(not_a_fit_folder(Path(path)))
         members += found
         inner += [share * w for w in found_weights]
     return members, inner
+
+
+def not_a_fit_folder(path: Path) -> Path:
+    """`path`, unless it is a `gtscale fit` folder (no export itself, an export in its export/):
+    a UserError pointing at that export."""
+    from gtscale.models.export import ENSEMBLE_FILE, FILES, TARGETS_FILE
+
+    holds = (*FILES, ENSEMBLE_FILE, TARGETS_FILE)
+    if path.is_dir() and not any((path / name).exists() for name in holds) and any((path / "export" / name).is_file() for name in holds):
+        raise UserError(f"{path}: a `gtscale fit` folder, not an export; its model is {path / 'export'} (name that folder)")
+    return path
 
 
 def not_finite(values: np.ndarray) -> np.ndarray:

@@ -552,6 +552,22 @@ def three_files(test_of: Callable):
     return inputs_of
 
 
+def acyclic(frame):
+    """60 acyclic molecules: one Bemis–Murcko scaffold (none) for them all."""
+    import pandas as pd
+
+    return pd.DataFrame({"smiles": [f"{'C' * k}O" for k in range(1, 31)] + [f"{'C' * k}N" for k in range(1, 31)], "y": range(60)})
+
+
+def predict_a_fit_folder(command: str):
+    """`gtscale <command>` named a fit folder (fit run here, recipe ecfp) where its export/ is meant."""
+    def prepare(tmp: Path, inputs: Inputs):
+        argv, _ = fit_on()(tmp, inputs)
+        assert main(argv) == 0
+        return [command, str(tmp / "out"), "--input", str(tmp / "mols.csv"), "--out", str(tmp / "p.csv"), "--no-progress"], tmp
+    return prepare
+
+
 def stub_with_users_file(tmp: Path) -> Path:
     """A folder a failed fit left (its unfinished report.json) with a user's file where fit writes one."""
     (tmp / "out" / "members" / "ecfp").mkdir(parents=True)
@@ -615,6 +631,11 @@ CASES = [
          "mols.csv: data row 4: target column 'y' holds inf"),
     Case("fit-unreadable-rows", fit_on(lambda frame: frame.assign(smiles=frame.smiles.where(frame.index != 3, "not a molecule"))),
          "1 SMILES RDKit cannot read", code=0, changes=("out/",)),
+    Case("fit-split-column-without-a-name", fit_on(None, "--split", "column:"), "--split column:: name the column after column:"),
+    Case("fit-seeds-without-a-network", fit_on(None, "--seeds", "1", "2"), "--seeds: recipe ecfp does not use it"),
+    Case("fit-one-scaffold", fit_on(acyclic, "--split", "scaffold"), "the 60 molecules have 1 scaffold(s), the largest (none (acyclic)) shared by 60"),
+    Case("predict-a-fit-folder", predict_a_fit_folder("predict"), "a `gtscale fit` folder, not an export; its model is"),
+    Case("fingerprint-a-fit-folder", predict_a_fit_folder("fingerprint"), "a `gtscale fit` folder, not an export; its model is"),
     Case("fit-targets-of-one-value", fit_on(lambda frame: frame.assign(y=5.51)), "every train and valid row holds 5.51 in target column 'y'"),
     # output folders gtscale did not write, or inside the input
     Case("shard-out-holds-foreign-manifest", out_holding("manifest.json"), "holds files gtscale did not write (manifest.json;"),

@@ -98,3 +98,34 @@ def test_a_kernel_member_of_weight_0_is_named_the_baseline():
 
     assert "this member is the ECFP4 baseline's model" in chosen_words("kernel", {"C": 10.0, "similarity": "tanimoto", "weight": 0.0, "gamma": 0.1})
     assert "baseline" not in chosen_words("kernel", {"C": 10.0, "similarity": "tanimoto", "weight": 0.5, "gamma": 0.1})
+
+
+def test_options_that_would_be_ignored_or_misread_are_one_line(frame, tmp_path):
+    frame.to_csv(tmp_path / "mols.csv", index=False)
+    with pytest.raises(UserError, match=r"--split column:: name the column after column:"):
+        fit([tmp_path / "mols.csv"], tmp_path / "x", split="column:", recipe="ecfp", progress=False)
+    with pytest.raises(UserError, match=r"--seeds: recipe ecfp does not use it \(only the recipes finetune and all do\)"):
+        fit([tmp_path / "mols.csv"], tmp_path / "x", seeds=(0, 1), recipe="ecfp", progress=False)
+    with pytest.raises(UserError, match=r"--init-from: recipe ecfp does not use it"):
+        fit([tmp_path / "mols.csv"], tmp_path / "x", init_from="moses-egt", recipe="ecfp", progress=False)
+    acyclic = pd.DataFrame({"smiles": [f"{'C' * k}O" for k in range(1, 31)] + [f"{'C' * k}N" for k in range(1, 31)], "y": np.arange(60.0)})
+    acyclic.to_csv(tmp_path / "acyclic.csv", index=False)
+    with pytest.raises(UserError, match=r"--split scaffold leaves no train, valid rows: the 60 molecules have 1 scaffold\(s\), the largest "
+                                        r"\(none \(acyclic\)\) shared by 60; a scaffold split keeps each scaffold in one split"):
+        fit([tmp_path / "acyclic.csv"], tmp_path / "x", split="scaffold", recipe="ecfp", progress=False)
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_fit_folder_named_to_predict_or_fingerprint_points_at_its_export_and_measured_values_are_written_as_read(frame, tmp_path, capsys):
+    from gtscale.cli import main
+
+    frame.assign(y=(frame.y.astype(float) / 10).round(2)).to_csv(tmp_path / "mols.csv", index=False)
+    fit([tmp_path / "mols.csv"], tmp_path / "x", recipe="ecfp", progress=False)
+    written = pd.read_csv(tmp_path / "mols.csv", dtype=str).set_index("smiles")["y"]
+    measured = pd.read_csv(tmp_path / "x" / "test-predictions.csv", dtype=str)
+    assert (measured["y_measured"] == written[measured["smiles"]].to_numpy()).all()  # 5.51 as read, not 5.510000228881836
+    capsys.readouterr()
+    for command in ("predict", "fingerprint"):
+        argv = [command, str(tmp_path / "x"), "--input", str(tmp_path / "mols.csv"), "--out", str(tmp_path / "out.csv"), "--no-progress"]
+        assert main(argv) == 2
+        assert f"x: a `gtscale fit` folder, not an export; its model is {tmp_path / 'x' / 'export'}" in capsys.readouterr().err

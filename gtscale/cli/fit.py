@@ -28,9 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--recipe", choices=list(RECIPES), default=DEFAULT_RECIPE,
                         help="which members to fit: " + "; ".join(f"{k} = {' + '.join(v)}" for k, v in RECIPES.items())
                         + f" (default {DEFAULT_RECIPE})")
-    parser.add_argument("--init-from", default=DEFAULT_BACKBONE,
+    parser.add_argument("--init-from", default=None,
                         help=f"the backbone whose representation the kernel member reads: an export folder or a shipped name (default {DEFAULT_BACKBONE})")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="fine-tuned member: one run per seed (default 0 1 2)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None, help="fine-tuned member: one run per seed (default 0 1 2)")
     parser.add_argument("--finetune-overrides", nargs="+", default=[], metavar="KEY=VALUE",
                         help="fine-tuned member: dotted overrides of its training config, e.g. schedule.total_steps=3000")
     parser.add_argument("--duplicates", choices=list(DUPLICATES), default="warn",
@@ -47,7 +47,7 @@ def columns(given: list[str]) -> tuple[str, ...]:
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     report = fit([Path(p) for p in args.inputs], out, smiles_column=args.smiles_column, target_columns=columns(args.target_columns), task=args.task,
-                 split=args.split, seed=args.seed, recipe=args.recipe, init_from=args.init_from, seeds=tuple(args.seeds),
+                 split=args.split, seed=args.seed, recipe=args.recipe, init_from=args.init_from, seeds=tuple(args.seeds) if args.seeds else None,
                  finetune_overrides=tuple(args.finetune_overrides), duplicates=args.duplicates, progress=not args.no_progress)
     print((out / "report.md").read_text(), end="")
     print(f"wrote {out / 'export'} (gtscale predict reads it) and {out / 'report.json'} in {report['seconds']} s")

@@ -67,6 +67,7 @@ RECIPES: dict[str, tuple[str, ...]] = {"kernel": ("ecfp", "kernel"), "ecfp": ("e
 FINETUNE_CONFIG = "moleculeace-egt-finetune.yaml"
 DEFAULT_RECIPE = "kernel"
 DEFAULT_BACKBONE = "moses-egt"
+DEFAULT_SEEDS = (0, 1, 2)
 SPLITS = ("train", "valid", "test")
 TASKS = ("regression", "classification")
 #: Each task's shard task type, and the overrides that fine-tune for it (a classification: logits
@@ -103,12 +104,17 @@ def read_fit_table(inputs: list[Path], smiles_column: str, target_columns: list[
     column = split[len("column:"):] if split.startswith("column:") else None
     if column is None and split not in ("random", "scaffold"):
         raise UserError(f"--split: {split!r} is not one of random, scaffold, column:NAME")
+    if column is not None and not column.strip():
+        raise UserError(f"--split {split}: name the column after column: (column:NAME, a column naming each row's split)")
     table = read_smiles_table(inputs[0], smiles_column, target_columns, "graph_regression", split_column=column, seed=seed)
     refuse_infinite_targets(table)
     if split == "scaffold":
         table.splits = scaffold_split(table.smiles, seed)
     missing = [name for name in SPLITS if not len(table.splits.get(name, []))]
     other = sorted(set(table.splits) - set(SPLITS))
+    if missing and split == "scaffold":
+        raise UserError(f"{inputs[0]}: --split scaffold leaves no {', '.join(missing)} rows: {scaffold_words(table.smiles)}; a scaffold split keeps "
+                        "each scaffold in one split, so use --split random or give the splits (column:NAME, or three files)")
     if missing or other:
         raise UserError(f"{inputs[0]}: --split {split} gives splits {', '.join(sorted(table.splits))}; fit needs train, valid and test"
                         + (f" (no {', '.join(missing)} rows)" if missing else f" (unknown {', '.join(other)})"))
@@ -145,6 +151,16 @@ def check_targets_vary(table: MoleculeTable, task: str) -> None:
         if len(values) and np.ptp(values) == 0:
             where = ", ".join(str(p) for p in table.source_files)
             raise UserError(f"{where}: every train and valid row holds {values[0]:g} in target column {name!r}; fit needs targets that vary")
+
+
+def scaffold_words(smiles: list[str]) -> str:
+    """How the molecules' Bemis–Murcko scaffolds are shared, in words (why a scaffold split fails)."""
+    from gtscale.prep.sources.base import scaffold_groups
+
+    groups = scaffold_groups(smiles)
+    key, rows = max(groups.items(), key=lambda kv: len(kv[1]))
+    name = "none (acyclic)" if key == "" else key
+    return f"the {len(smiles)} molecules have {len(groups)} scaffold(s), the largest ({name}) shared by {len(rows)}"
 
 
 def refuse_infinite_targets(table: MoleculeTable) -> None:
@@ -377,7 +393,7 @@ def fit_target(t: int, labelled: Features, task: str, names: tuple[str, ...], re
 
 
 def fit(inputs: list[Path], out: Path, smiles_column: str = "smiles", target_columns: tuple[str, ...] = ("y",), task: str = "auto",
-        split: str = "random", seed: int = 0, recipe: str = DEFAULT_RECIPE, init_from: str = DEFAULT_BACKBONE, seeds: tuple[int, ...] = (0, 1, 2),
+        split: str = "random", seed: int = 0, recipe: str = DEFAULT_RECIPE, init_from: str | None = None, seeds: tuple[int, ...] | None = None,
         finetune_overrides: tuple[str, ...] = (), duplicates: str = "warn", progress: bool = True) -> dict:
     """Fit, choose, export and test (module docstring); returns the report written to out/report.json.
     One fit at a time in `out`: it is locked as training locks its run_dir (train/run_lock.py),
@@ -390,6 +406,8 @@ def fit(inputs: list[Path], out: Path, smiles_column: str = "smiles", target_col
         raise UserError(f"--task: {task!r} is not one of auto, {', '.join(TASKS)}")
     if duplicates not in DUPLICATES:
         raise UserError(f"--duplicates: {duplicates!r} is not one of {', '.join(DUPLICATES)}")
+    refuse_unused_options(recipe, init_from, seeds, finetune_overrides)
+    init_from, seeds = init_from or DEFAULT_BACKBONE, tuple(seeds or DEFAULT_SEEDS)
     out = claim_out_dir(out, MARKERS, inputs=inputs, own={run_lock.LOCK_FILE: run_lock.is_lock_file})
     new = not out.exists()
     lock = run_lock.acquire(out, option="--out", holder_name="another gtscale fit")
@@ -457,6 +475,16 @@ def fit_locked(inputs: list[Path], out: Path, written: WrittenRecord, smiles_col
     written.wrote(reports)
     atomic_write_text(out / REPORT, json.dumps(report, indent=1))
     return report
+
+
+def refuse_unused_options(recipe: str, init_from: str | None, seeds: tuple[int, ...] | None, finetune_overrides: tuple[str, ...]) -> None:
+    """An option given for a member the recipe does not fit would be ignored without a word: one line instead."""
+    names = RECIPES[recipe]
+    unused = ([] if "finetune" in names else [o for o, given in (("--seeds", seeds), ("--finetune-overrides", finetune_overrides)) if given])
+    unused += [] if {"kernel", "finetune"} & set(names) or init_from is None else ["--init-from"]
+    if unused:
+        readers = {"--seeds": "finetune and all", "--finetune-overrides": "finetune and all", "--init-from": "kernel, finetune and all"}
+        raise UserError(f"{unused[0]}: recipe {recipe} does not use it (only the recipes {readers[unused[0]]} do); leave it out or choose another --recipe")
 
 
 def member_folders(names: tuple[str, ...], seeds: tuple[int, ...]) -> dict[str, tuple[list[str], bool]]:

@@ -72,7 +72,7 @@ def write_test_predictions(path: Path, smiles: list[str], y: np.ndarray, predict
 
     columns = {"smiles": smiles}
     for t, target in enumerate(targets):
-        columns[f"{target}_measured"] = y[:, t]
+        columns[f"{target}_measured"] = y[:, t].astype(np.float32)  # as read (fit reads targets as float32): 5.51, not 5.510000228881836
         columns |= {f"{target}_{name}_pred": pred[:, t] for name, pred in predictions.items()}
     atomic_write_text(path, pd.DataFrame(columns).to_csv(index=False))
 
