@@ -453,12 +453,12 @@ def predict_tensor(name: str, change: Callable, kind: str = "svr"):
     def prepare(tmp: Path, inputs: Inputs):
         import torch
 
-        from export_fixtures import kernel_export, svr_export
+        from export_fixtures import kernel_export, save_tensors, svr_export
 
         export = svr_export(tmp / "export") if kind == "svr" else kernel_export(tmp / "export", inputs.export)
         state = torch.load(export / "model.pt", weights_only=True)
         state[name] = change(state[name].clone())
-        torch.save(state, export / "model.pt")
+        save_tensors(export, state)
         return _predict_argv(tmp, export), tmp
     return prepare
 

@@ -14,6 +14,7 @@ from sklearn.svm import SVR
 from gtscale.cli import main
 from gtscale.experiments.ecfp import TanimotoSVR, ecfp, ecfp_rows, tanimoto, write_svr_export
 from gtscale.prep.sources.bundled import read_nci_tpsa
+from export_fixtures import save_tensors
 
 MANIFEST = {"dataset": "moleculeace-CHEMBL0_Ki-seed0", "task": {"type": "graph", "target_names": ["y"]}}
 
@@ -137,7 +138,7 @@ def _with_tensor(export, tmp_path, name, change):
     out = shutil.copytree(export, tmp_path / "tampered")
     state = torch.load(out / "model.pt", weights_only=True)
     state[name] = change(state[name])
-    torch.save(state, out / "model.pt")
+    save_tensors(out, state)
     return out
 
 
