@@ -9,3 +9,5 @@ class UserError(Exception):
 
 
 EXIT_USER_ERROR = 2
+#: Ended by Ctrl-C (SIGINT): 128 + the signal's number, as a shell reports it.
+EXIT_INTERRUPTED = 130

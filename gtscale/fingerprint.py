@@ -38,7 +38,8 @@ from gtscale.errors import UserError
 from gtscale.format import schema
 from gtscale.inference import LoadedExport, batch_representation, graph_representation, shard_batches
 from gtscale.io import atomic_write_bytes, atomic_write_text, claim_out_file, disk_full_is_user_error, read_json_object, sha256_file
-from gtscale.members.load import FingerprintMember, KernelMember, load_member, with_max_nodes
+from gtscale.fingerprint_export import representation_model
+from gtscale.members.load import with_max_nodes
 from gtscale.predict import counted, csv_header, csv_text, read_molecule_csv, shard_splits
 from gtscale.prep.sources.base import text_column
 
@@ -63,7 +64,7 @@ def fingerprint(export: str, input: str, out: str, *, smiles_column: str = "smil
     if target.suffix.lower() not in (".csv", ".npy"):
         raise UserError(f"--out {out}: name a .csv or an .npy file")
     claim(target, [source, Path(export)], overwrite)
-    model = representation_export(load_member(one_export(Path(export))))
+    model = representation_model(export)
     if max_nodes is not None:
         model = with_max_nodes(model, max_nodes)
     if source.is_dir():
@@ -90,26 +91,6 @@ def fingerprint(export: str, input: str, out: str, *, smiles_column: str = "smil
                 record |= {"split": rows["split"].tolist(), "idx": rows["idx"].tolist()}
             write_npy(target, z, record)
     return target, reasons
-
-
-def one_export(path: Path) -> Path:
-    """`path`, unless it is an export of several (`gtscale fit`'s DIR/export and DIR/members/*), whose
-    members may read different representations or none: a UserError asking for one of them."""
-    from gtscale.models.export import ENSEMBLE_FILE, TARGETS_FILE
-
-    for record in (ENSEMBLE_FILE, TARGETS_FILE):
-        if (path / record).is_file():
-            raise UserError(f"{path}: an export of several ({record}); name one of the export folders it lists, a model or kernel SVR export")
-    return path
-
-
-def representation_export(export) -> LoadedExport:
-    """The model whose representation is written: the export's, or a kernel SVR export's backbone."""
-    if isinstance(export, KernelMember):
-        return export.backbone
-    if isinstance(export, FingerprintMember):
-        raise UserError(f"{export.path}: an ECFP + SVR (SVC) export has no graph representation; name a model export (or a kernel SVR export: its backbone's)")
-    return export
 
 
 def smiles_representations(model: LoadedExport, smiles: list[str], batch_size: int, progress: bool) -> tuple[np.ndarray, list[str]]:

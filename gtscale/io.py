@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 import threading
 import warnings
 from contextlib import contextmanager
@@ -147,7 +148,7 @@ def _is_marker_temporary(name: str, markers: Markers) -> bool:
 
 
 def claim_out_dir(out: str | os.PathLike, markers: Markers, inputs: Iterable[str | os.PathLike | None] = (), option: str = "--out",
-                  nested: bool = False) -> Path:
+                  nested: bool = False, own: Mapping[str, Callable[[Path], bool]] = {}) -> Path:
     """Check, before anything is written, that gtscale may write (and replace files) in folder `out`.
 
     The one rule of every command that writes a folder: `out` may be new, empty, or a folder that
@@ -157,6 +158,8 @@ def claim_out_dir(out: str | os.PathLike, markers: Markers, inputs: Iterable[str
     it is refused, as is an `out` equal to or inside one of `inputs` (the command's own input).
     With `nested`, a folder holding only such folders is gtscale's too (`gtscale evaluate` writes
     RUN/export/<tag>/ exports, and `gtscale export` then writes RUN/export itself).
+    `own` names files that are gtscale's but mark nothing, each with the test of its content (a
+    lock file that the command takes before it writes its marker): they alone do not make `out` a user's.
     Returns `out` as a Path; raises UserError naming the folder otherwise."""
     out = Path(out)
     refuse_inputs(out, inputs, option, "write to a folder outside it")
@@ -166,7 +169,8 @@ def claim_out_dir(out: str | os.PathLike, markers: Markers, inputs: Iterable[str
         raise UserError(f"{out}: {option} needs a folder here, but this is a file")
     if _has_marker(out, markers):
         return out
-    entries = [p for p in out.iterdir() if not _is_marker_temporary(p.name, markers) and not (nested and p.is_dir() and _has_marker(p, markers))]
+    entries = [p for p in out.iterdir() if not _is_marker_temporary(p.name, markers) and not (nested and p.is_dir() and _has_marker(p, markers))
+               and not (p.name in own and p.is_file() and own[p.name](p))]
     if not entries:
         return out
     names = " or ".join(markers)
@@ -202,6 +206,26 @@ def claim_out_file(path: str | os.PathLike, is_ours: Callable, option: str, read
         also = f" (or pass {overwrite_flag} to replace it)" if overwrite_flag else ""
         raise UserError(f"{path}: {option} would replace a file gtscale did not write; choose a new file name{also}")
     return path
+
+
+def check_can_write(path: str | os.PathLike, option: str) -> None:
+    """Before the work: that a file can be created where `path` is to be written, probed in its
+    nearest existing folder (and removed at once; no folder is made). A read-only mount, no
+    permission, a file where a folder should be: one line naming `option` and the path."""
+    path = Path(path)
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        if not folder.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "not a folder", str(folder))
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".probe")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        why = {errno.EROFS: "is on a read-only file system", errno.EACCES: "is not writable (no permission)", errno.EPERM: "is not writable (no permission)",
+               errno.ENOTDIR: "is a file, not a folder"}.get(err.errno, f"cannot be written ({err.strerror or err})")
+        raise UserError(f"{path}: {option}: {folder} {why}; choose a writable place") from None
 
 
 #: errno values of a full disk or an exhausted quota.

@@ -38,7 +38,7 @@ from tqdm import tqdm
 from gtscale.errors import UserError
 from gtscale.members.ensemble import ensemble, ensemble_weights
 from gtscale.inference import LoadedExport, Molecules, shard_batches
-from gtscale.io import atomic_write_text, claim_out_file, disk_full_is_user_error, read_first_line
+from gtscale.io import atomic_write_text, check_can_write, claim_out_file, disk_full_is_user_error, read_first_line
 from gtscale.members.load import Member, check_same_task, load_members, with_max_nodes
 from gtscale.prep.sources.base import read_csv, require_columns, text_column
 
@@ -72,10 +72,21 @@ def ensemble_of(exports: list[str], weights: list[float] | None) -> tuple[list[M
     outer = ensemble_weights(weights, len(exports))
     members, inner = [], []
     for share, path in zip(outer, exports):
-        found, found_weights = load_members(Path(path))
+        found, found_weights = load_members(not_a_fit_folder(Path(path)))
         members += found
         inner += [share * w for w in found_weights]
     return members, inner
+
+
+def not_a_fit_folder(path: Path) -> Path:
+    """`path`, unless it is a `gtscale fit` folder (no export itself, an export in its export/):
+    a UserError pointing at that export."""
+    from gtscale.models.export import ENSEMBLE_FILE, FILES, TARGETS_FILE
+
+    holds = (*FILES, ENSEMBLE_FILE, TARGETS_FILE)
+    if path.is_dir() and not any((path / name).exists() for name in holds) and any((path / "export" / name).is_file() for name in holds):
+        raise UserError(f"{path}: a `gtscale fit` folder, not an export; its model is {path / 'export'} (name that folder)")
+    return path
 
 
 def not_finite(values: np.ndarray) -> np.ndarray:
@@ -224,6 +235,7 @@ def predict(exports: list[str], input: str, out: str, *, smiles_column: str = "s
     source = Path(input)
     target = claim_out_file(out, written_by_predict, "--out", read_mark=csv_header, inputs=[source, *exports],
                             overwrite_flag="--overwrite", overwrite=overwrite)
+    check_can_write(target, "--out")  # before the work, not after it
     members, member_weights = ensemble_of(exports, weights)
     if max_nodes is not None:
         members = [with_max_nodes(member, max_nodes) for member in members]

@@ -453,12 +453,12 @@ def predict_tensor(name: str, change: Callable, kind: str = "svr"):
     def prepare(tmp: Path, inputs: Inputs):
         import torch
 
-        from export_fixtures import kernel_export, svr_export
+        from export_fixtures import kernel_export, save_tensors, svr_export
 
         export = svr_export(tmp / "export") if kind == "svr" else kernel_export(tmp / "export", inputs.export)
         state = torch.load(export / "model.pt", weights_only=True)
         state[name] = change(state[name].clone())
-        torch.save(state, export / "model.pt")
+        save_tensors(export, state)
         return _predict_argv(tmp, export), tmp
     return prepare
 
@@ -518,6 +518,70 @@ def compile_cache_open_inside(tmp: Path, inputs: Inputs):
     return ["bench", "model", "--model", "egt-small", "--compile", "--compile-cache", str(cache), "--steps", "1"], tmp
 
 
+def fit_csv(path: Path, change: Callable | None = None) -> Path:
+    """150 NCI molecules with their TPSA as `y`, as `change` (a function of the frame) leaves them."""
+    import pandas as pd
+
+    from gtscale.prep.sources.bundled import read_nci_tpsa
+
+    table = read_nci_tpsa()
+    frame = pd.DataFrame({"smiles": table.smiles[:150], "y": table.targets[:150, 0]})
+    (frame if change is None else change(frame)).to_csv(path, index=False)
+    return path
+
+
+def fit_on(change: Callable | None = None, *extra: str, out: Callable[[Path], Path] = lambda tmp: tmp / "out", inputs_of=None):
+    """`gtscale fit` (recipe ecfp) of fit_csv into out(tmp); `inputs_of(tmp, csv)`, if given, names the CSVs."""
+    def prepare(tmp: Path, inputs: Inputs):
+        source = fit_csv(tmp / "mols.csv", change)
+        files = [str(p) for p in inputs_of(tmp, source)] if inputs_of else [str(source)]
+        return ["fit", *files, "--target-columns", "y", "--recipe", "ecfp", "--out", str(out(tmp)), "--no-progress", *extra], tmp
+    return prepare
+
+
+def three_files(test_of: Callable):
+    """The fit CSV as train (rows 0..99), valid (100..124) and test_of(frame) files."""
+    def inputs_of(tmp: Path, source: Path) -> list[Path]:
+        import pandas as pd
+
+        frame = pd.read_csv(source)
+        parts = {"train": frame.iloc[:100], "valid": frame.iloc[100:125], "test": test_of(frame)}
+        for name, part in parts.items():
+            part.to_csv(tmp / f"{name}.csv", index=False)
+        return [tmp / f"{name}.csv" for name in parts]
+    return inputs_of
+
+
+def acyclic(frame):
+    """60 acyclic molecules: one Bemis–Murcko scaffold (none) for them all."""
+    import pandas as pd
+
+    return pd.DataFrame({"smiles": [f"{'C' * k}O" for k in range(1, 31)] + [f"{'C' * k}N" for k in range(1, 31)], "y": range(60)})
+
+
+def predict_a_fit_folder(command: str):
+    """`gtscale <command>` named a fit folder (fit run here, recipe ecfp) where its export/ is meant."""
+    def prepare(tmp: Path, inputs: Inputs):
+        argv, _ = fit_on()(tmp, inputs)
+        assert main(argv) == 0
+        return [command, str(tmp / "out"), "--input", str(tmp / "mols.csv"), "--out", str(tmp / "p.csv"), "--no-progress"], tmp
+    return prepare
+
+
+def stub_with_users_file(tmp: Path) -> Path:
+    """A folder a failed fit left (its unfinished report.json) with a user's file where fit writes one."""
+    (tmp / "out" / "members" / "ecfp").mkdir(parents=True)
+    (tmp / "out" / "report.json").write_text('{"format": "gtscale-fit", "finished": false}')
+    (tmp / "out" / "members" / "ecfp" / "model.yaml").write_text("my own model\n")
+    return tmp / "out"
+
+
+def predict_into_read_only(tmp: Path, inputs: Inputs):
+    (tmp / "mols.csv").write_text("smiles\nCCO\n")
+    out = tmpfs(tmp, "1m", read_only=True) / "out.csv"
+    return ["predict", str(inputs.export), "--input", str(tmp / "mols.csv"), "--out", str(out), "--no-progress"], tmp
+
+
 CASES = [
     # sharder input
     Case("shard-out-is-a-file", out_is_a_file, "needs a folder here, but this is a file"),
@@ -555,6 +619,24 @@ CASES = [
     Case("fingerprint-out-is-the-input", fingerprint_on(input_named_out, "out.csv", "--overwrite"), "--out is the input"),
     Case("fingerprint-huge-smiles", fingerprint_on(text_file("mols.csv", f"smiles\nCCO\n{HUGE_SMILES}\n{'C' * 600}\n")),
          "(2 without a representation", code=0, changes=("out.npy",)),
+    Case("predict-out-read-only", predict_into_read_only, "mnt is on a read-only file system; choose a writable place"),
+    # gtscale fit
+    Case("fit-users-file-where-fit-writes", fit_on(out=stub_with_users_file), "members/ecfp/model.yaml: gtscale fit would write this file"),
+    Case("fit-out-in-use", fit_on(out=run_dir_in_use), "another gtscale fit is using it (pid"),
+    Case("fit-out-read-only", fit_on(out=lambda tmp: tmpfs(tmp, "1m", read_only=True) / "out"), "read-only file system; choose a writable --out"),
+    Case("fit-test-file-is-the-train-file", fit_on(inputs_of=three_files(lambda f: f.iloc[:100])), "every one of the 100 test molecules is also in the train split"),
+    Case("fit-test-molecules-in-train", fit_on(inputs_of=three_files(lambda f: f.iloc[[*range(125, 137), *range(48)]])),
+         "48 of 60 test molecules are also in train", code=0, changes=("out/",)),
+    Case("fit-infinite-target", fit_on(lambda frame: frame.assign(y=frame.y.where(frame.index != 3, float("inf")))),
+         "mols.csv: data row 4: target column 'y' holds inf"),
+    Case("fit-unreadable-rows", fit_on(lambda frame: frame.assign(smiles=frame.smiles.where(frame.index != 3, "not a molecule"))),
+         "1 SMILES RDKit cannot read", code=0, changes=("out/",)),
+    Case("fit-split-column-without-a-name", fit_on(None, "--split", "column:"), "--split column:: name the column after column:"),
+    Case("fit-seeds-without-a-network", fit_on(None, "--seeds", "1", "2"), "--seeds: recipe ecfp does not use it"),
+    Case("fit-one-scaffold", fit_on(acyclic, "--split", "scaffold"), "the 60 molecules have 1 scaffold(s), the largest (none (acyclic)) shared by 60"),
+    Case("predict-a-fit-folder", predict_a_fit_folder("predict"), "a `gtscale fit` folder, not an export; its model is"),
+    Case("fingerprint-a-fit-folder", predict_a_fit_folder("fingerprint"), "a `gtscale fit` folder, not an export; its model is"),
+    Case("fit-targets-of-one-value", fit_on(lambda frame: frame.assign(y=5.51)), "every train and valid row holds 5.51 in target column 'y'"),
     # output folders gtscale did not write, or inside the input
     Case("shard-out-holds-foreign-manifest", out_holding("manifest.json"), "holds files gtscale did not write (manifest.json;"),
     Case("shard-out-holds-file-named-like-a-shard", out_holding("train/train-000099.tar"), "holds files gtscale did not write (train;"),

@@ -27,7 +27,7 @@ import pytest
 import torch
 import yaml
 
-from export_fixtures import SMILES, UNREADABLE, kernel_export, model_export, molecules_csv, svr_export
+from export_fixtures import SMILES, UNREADABLE, kernel_export, model_export, molecules_csv, save_tensors, svr_export
 from gtscale.cli import main
 
 pytestmark = pytest.mark.slow
@@ -38,7 +38,7 @@ VALUES = [-8, -1, 0, 1, 3, 10**9, 0.5, -0.5, 1e308, math.nan, math.inf, -math.in
           {}, {"a": 1}, DELETE]
 #: Keys a trained model does not compute with at prediction time: where a mutation of one is
 #: accepted, the predictions must be the untampered export's.
-NEUTRAL = {"run_dir", "tag", "source", "format", "overrides", "parameters", "shards.dataset", "shards.transform.shard_size",
+NEUTRAL = {"run_dir", "tag", "source", "format", "overrides", "parameters", "tensors_sha256", "shards.dataset", "shards.transform.shard_size",
            "shards.transform.drop_duplicates", "shards.transform.graph_features", "shards.task.target_stats", "task.metric",
            "task.evaluator", "task.head", "task.features_baseline", "task.anomaly_weight", "task.aux_distance", "node_dropout",
            "edge_dropout", "attention_dropout", "attn_maskout", "activation_checkpointing", "C", "head.dropout", "backbone.node_dropout"}
@@ -111,7 +111,7 @@ def tamper(source: Path, folder: Path, file: str, key: str, value) -> None:
     else:
         tensor = tensor[:, :1] if tensor.ndim == 2 else tensor[:0]  # bits cannot be NaN: a shape that fits nothing
     state[key] = tensor
-    torch.save(state, folder / "model.pt")
+    save_tensors(folder, state)
 
 
 def predictions(table: pd.DataFrame) -> np.ndarray:

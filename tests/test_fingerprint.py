@@ -5,6 +5,7 @@ file fingerprint wrote."""
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -105,13 +106,29 @@ def test_only_a_file_fingerprint_wrote_is_replaced(exports, molecules, tmp_path,
     assert main([*argv, str(molecules), "--overwrite"]) == 2 and "is the input" in capsys.readouterr().err
 
 
+def ensemble_of(folder: Path, members: dict[str, Path]) -> Path:
+    """An ensemble export as `gtscale fit` writes DIR/export: ensemble.json over copies of `members`."""
+    for name, source in members.items():
+        shutil.copytree(source, folder / name)
+    (folder / "ensemble.json").write_text(json.dumps({"format": "gtscale-ensemble", "members": list(members), "weights": [1.0] * len(members)}))
+    return folder
+
+
+def test_an_ensemble_gives_the_representation_its_members_share_and_a_shipped_name_is_taken(exports, molecules, tmp_path):
+    backbone, kernel = exports
+    several = ensemble_of(tmp_path / "fit-export", {"ecfp": svr_export(tmp_path / "svr"), "kernel": kernel})
+    for name, export in (("backbone", backbone), ("several", several)):
+        assert main(["fingerprint", str(export), "--input", str(molecules), "--out", str(tmp_path / f"{name}.npy"), "--no-progress"]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "several.npy"), np.load(tmp_path / "backbone.npy"))
+    assert main(["fingerprint", "moses-egt", "--input", str(molecules), "--out", str(tmp_path / "moses.npy"), "--no-progress"]) == 0
+    assert np.load(tmp_path / "moses.npy").shape[0] == len(ROWS)
+
+
 def test_what_fingerprint_cannot_do_is_one_line(exports, molecules, tmp_path, capsys):
-    several = tmp_path / "fit-export"  # `gtscale fit`'s DIR/export: an ensemble.json over member folders
-    shutil.copytree(exports[1], several / "kernel")
-    (several / "ensemble.json").write_text(json.dumps({"format": "gtscale-ensemble", "members": ["kernel"], "weights": [1.0]}))
+    seeds = ensemble_of(tmp_path / "seeds", {"seed-0": exports[0], "seed-1": model_export(tmp_path / "other", seed=1)})
     cases = [
         ([str(svr_export(tmp_path / "svr")), "--out", str(tmp_path / "z.npy")], "an ECFP + SVR (SVC) export has no graph representation"),
-        ([str(several), "--out", str(tmp_path / "z.npy")], "an export of several (ensemble.json); name one of the export folders it lists"),
+        ([str(seeds), "--out", str(tmp_path / "z.npy")], "its members have different graph representations"),
         ([str(exports[0]), "--out", str(tmp_path / "z.parquet")], "name a .csv or an .npy file"),
         ([str(exports[0]), "--out", str(tmp_path / "z.csv"), "--smiles-column", "smi"], "smi"),
     ]

@@ -22,6 +22,7 @@ from gtscale.fit import choose, fit, fit_task, read_fit_table
 from gtscale.models.export import MODEL_FILE, read_weights
 from gtscale.prep.sources.base import scaffold_split
 from gtscale.prep.sources.bundled import read_nci_tpsa
+from export_fixtures import save_tensors
 
 ROWS = 150
 ROOT = Path(__file__).resolve().parents[1]
@@ -265,7 +266,7 @@ def test_a_crafted_or_mislabelled_classifier_export_runs_nothing_and_is_refused(
     uncalibrated = shutil.copytree(out / "members" / "kernel", tmp_path / "uncalibrated")
     state = torch.load(uncalibrated / "model.pt", weights_only=True)
     del state["platt"]
-    torch.save(state, uncalibrated / "model.pt")
+    save_tensors(uncalibrated, state)
     assert "lacks tensor platt" in refusal(uncalibrated)
 
     escaping = shutil.copytree(out / "export", tmp_path / "escaping")

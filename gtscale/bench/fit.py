@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from gtscale.errors import UserError
-from gtscale.fit import ALL_TARGET_MEMBERS
+from gtscale.fit.plan import ALL_TARGET_MEMBERS
 from gtscale.io import atomic_write_text
 
 #: Descriptor columns (Descriptors._descList names) that the shipped backbone was not pretrained on.

@@ -15,7 +15,7 @@ import importlib
 import sys
 
 from gtscale.allocator import keep_freed_memory
-from gtscale.errors import EXIT_USER_ERROR, UserError
+from gtscale.errors import EXIT_INTERRUPTED, EXIT_USER_ERROR, UserError
 
 #: command → (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -102,12 +102,15 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"gtscale: error: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
         return EXIT_USER_ERROR
-    parser, module = _build_parser(module_name, prog, help_text)
-    args = parse(parser, rest)
-    keep_freed_memory()  # before the command allocates: a CPU step reuses what the last one freed
     try:
+        parser, module = _build_parser(module_name, prog, help_text)
+        args = parse(parser, rest)
+        keep_freed_memory()  # before the command allocates: a CPU step reuses what the last one freed
         return int(module.run(args) or 0)
     except UserError as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except KeyboardInterrupt:  # Ctrl-C: what was written is whole (atomic writes), so one line says so
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 

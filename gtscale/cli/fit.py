@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from gtscale.fit import DEFAULT_BACKBONE, DEFAULT_RECIPE, RECIPES, TASKS, fit
+from gtscale.fit import DEFAULT_BACKBONE, DEFAULT_RECIPE, DUPLICATES, RECIPES, TASKS, fit
 from gtscale.fit.plan import DEFAULT_BUDGET
 
 
@@ -33,11 +33,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget", type=float, default=DEFAULT_BUDGET, metavar="CPU_MINUTES",
                         help=f"the CPU minutes --recipe auto plans the members for (default {DEFAULT_BUDGET:g}: 40 k molecules on 2 cores "
                         "in about 20 minutes)")
-    parser.add_argument("--init-from", default=DEFAULT_BACKBONE,
+    parser.add_argument("--init-from", default=None,
                         help=f"the backbone whose representation the kernel member reads: an export folder or a shipped name (default {DEFAULT_BACKBONE})")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="fine-tuned member: one run per seed (default 0 1 2)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None, help="fine-tuned member: one run per seed (default 0 1 2)")
     parser.add_argument("--finetune-overrides", nargs="+", default=[], metavar="KEY=VALUE",
                         help="fine-tuned member: dotted overrides of its training config, e.g. schedule.total_steps=3000")
+    parser.add_argument("--duplicates", choices=list(DUPLICATES), default="warn",
+                        help="a molecule (by canonical SMILES) in several rows: warn (default: counted in the report, a warning when "
+                        "test molecules are also in train or valid) or aggregate (one row per molecule, its targets averaged, before the split)")
     parser.add_argument("--no-progress", action="store_true", help="no progress output")
 
 
@@ -49,8 +52,8 @@ def columns(given: list[str]) -> tuple[str, ...]:
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     report = fit([Path(p) for p in args.inputs], out, smiles_column=args.smiles_column, target_columns=columns(args.target_columns), task=args.task,
-                 split=args.split, seed=args.seed, recipe=args.recipe, init_from=args.init_from, seeds=tuple(args.seeds),
-                 finetune_overrides=tuple(args.finetune_overrides), progress=not args.no_progress, budget=args.budget)
+                 split=args.split, seed=args.seed, recipe=args.recipe, init_from=args.init_from, seeds=tuple(args.seeds) if args.seeds else None,
+                 finetune_overrides=tuple(args.finetune_overrides), duplicates=args.duplicates, progress=not args.no_progress, budget=args.budget)
     print((out / "report.md").read_text(), end="")
     print(f"wrote {out / 'export'} (gtscale predict reads it) and {out / 'report.json'} in {report['seconds']} s")
     return 0

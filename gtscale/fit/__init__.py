@@ -33,6 +33,10 @@ reads, in one command.
    (the tables and the choice), DIR/parity.png or, for a classification, DIR/roc.png, and
    DIR/test-predictions.csv.
 
+A molecule in several rows (by canonical SMILES) is counted across and within the splits and warned
+of, or made one row before the split (`duplicates`: fit/duplicates.py); a test split of train's
+molecules alone is refused.
+
 Rows the members cannot read (RDKit cannot parse them, or they are larger than the molecule caps of
 prep/molecule_limits.py) are left out of every target, blank cells of their target, and both are
 counted in the report.
@@ -41,6 +45,7 @@ counted in the report.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -48,11 +53,12 @@ from pathlib import Path
 import numpy as np
 
 from gtscale.errors import UserError
-from gtscale.fit.exports import MEAN, FittedMember, copy_export, write_choice, write_member
-from gtscale.fit.plan import DEFAULT_BUDGET, Plan, plan
+from gtscale.fit.exports import MEAN, FittedMember, copy_export, planned_files, write_choice, write_member
+from gtscale.fit.plan import ALL_TARGET_MEMBERS, DEFAULT_BUDGET, Plan, plan
 from gtscale.fit.scalable import forest_baseline, landmark_member
 from gtscale.fit.report import (FIGURES, REPORT, REPORT_FORMAT, REPORT_MD, TEST_PREDICTIONS, model_labels, report_markdown, score_tests,
                                 write_figure, write_test_predictions)
+from gtscale.fit.written import RECORD, RECORD_FORMAT, WrittenRecord, legacy_files, remove_if_unused
 from gtscale.io import atomic_write_text, claim_out_dir
 from gtscale.prep.sources.base import MoleculeTable, scaffold_split
 
@@ -61,12 +67,11 @@ from gtscale.prep.sources.base import MoleculeTable, scaffold_split
 RECIPES: dict[str, tuple[str, ...]] = {"kernel": ("ecfp", "kernel"), "ecfp": ("ecfp",), "finetune": ("ecfp", "finetune"),
                                        "all": ("ecfp", "kernel", "finetune"), "landmark": ("forest", "landmark"),
                                        "large": ("forest", "landmark", "finetune")}
-#: Members fitted once for every target column (one model, masked labels), chosen among on the valid split.
-ALL_TARGET_MEMBERS = ("landmark", "finetune")
 #: The fine-tuning recipe of the finetune member (gtscale/configs/tasks/), from the backbone --init-from names.
 FINETUNE_CONFIG = "moleculeace-egt-finetune.yaml"
 DEFAULT_RECIPE = "auto"
 DEFAULT_BACKBONE = "moses-egt"
+DEFAULT_SEEDS = (0, 1, 2)
 SPLITS = ("train", "valid", "test")
 TASKS = ("regression", "classification")
 #: Each task's shard task type, and the overrides that fine-tune for it (a classification: logits
@@ -75,8 +80,10 @@ TABLE_TASKS = {"regression": "graph_regression", "classification": "graph_classi
 FINETUNE_TASKS = {"regression": [], "classification": ["task.loss=bce", "task.metric=rocauc", "task.evaluator=binary"]}
 #: How each task's candidates are compared when choosing.
 BEST = {"regression": "lowest RMSE", "classification": "highest ROC-AUC"}
+#: What fit does with a molecule that occurs in more than one row (fit/duplicates.py).
+DUPLICATES = ("warn", "aggregate")
 #: What marks DIR as a folder fit wrote (the only one it replaces files in).
-MARKERS = {REPORT: lambda record: record.get("format") == REPORT_FORMAT}
+MARKERS = {REPORT: lambda record: record.get("format") == REPORT_FORMAT, RECORD: lambda record: record.get("format") == RECORD_FORMAT}
 
 
 def read_fit_table(inputs: list[Path], smiles_column: str, target_columns: list[str], split: str, seed: int) -> MoleculeTable:
@@ -91,6 +98,8 @@ def read_fit_table(inputs: list[Path], smiles_column: str, target_columns: list[
         raise UserError(f"--target-columns: {twice!r} is named twice")
     if len(inputs) == 3:
         tables = [read_smiles_table(p, smiles_column, target_columns, "graph_regression") for p in inputs]
+        for table in tables:
+            refuse_infinite_targets(table)
         sizes = np.cumsum([0] + [len(t.smiles) for t in tables])
         splits = {name: np.arange(sizes[i], sizes[i + 1], dtype=np.int64) for i, name in enumerate(SPLITS)}
         return MoleculeTable(name=inputs[0].name, smiles=[s for t in tables for s in t.smiles], idx=np.arange(sizes[-1], dtype=np.int64),
@@ -99,15 +108,73 @@ def read_fit_table(inputs: list[Path], smiles_column: str, target_columns: list[
     column = split[len("column:"):] if split.startswith("column:") else None
     if column is None and split not in ("random", "scaffold"):
         raise UserError(f"--split: {split!r} is not one of random, scaffold, column:NAME")
+    if column is not None and not column.strip():
+        raise UserError(f"--split {split}: name the column after column: (column:NAME, a column naming each row's split)")
     table = read_smiles_table(inputs[0], smiles_column, target_columns, "graph_regression", split_column=column, seed=seed)
+    refuse_infinite_targets(table)
     if split == "scaffold":
         table.splits = scaffold_split(table.smiles, seed)
     missing = [name for name in SPLITS if not len(table.splits.get(name, []))]
     other = sorted(set(table.splits) - set(SPLITS))
+    if missing and split == "scaffold":
+        raise UserError(f"{inputs[0]}: --split scaffold leaves no {', '.join(missing)} rows: {scaffold_words(table.smiles)}; a scaffold split keeps "
+                        "each scaffold in one split, so use --split random or give the splits (column:NAME, or three files)")
     if missing or other:
         raise UserError(f"{inputs[0]}: --split {split} gives splits {', '.join(sorted(table.splits))}; fit needs train, valid and test"
                         + (f" (no {', '.join(missing)} rows)" if missing else f" (unknown {', '.join(other)})"))
     return table
+
+
+def handle_duplicates(table: MoleculeTable, task: str, duplicates: str, split: str, seed: int) -> tuple[MoleculeTable, dict]:
+    """(the table, with one row per molecule when `duplicates` is aggregate, split again as `split`
+    says when fit made the split; the count of molecules repeated across and within the splits:
+    fit/duplicates.py), each warning printed; a test split of train's molecules is refused."""
+    from gtscale.fit.duplicates import aggregate, count_duplicates, molecule_keys, refuse_test_of_train, warnings
+    from gtscale.prep.sources.base import seeded_split
+
+    keys, merged = molecule_keys(table.smiles), 0
+    if duplicates == "aggregate":
+        table, keys, merged = aggregate(table, keys, task)
+        if split in ("random", "scaffold"):  # the split is of molecules, not of rows
+            table.splits = seeded_split(len(table.smiles), seed) if split == "random" else scaffold_split(table.smiles, seed)
+    counts = count_duplicates(table, keys)
+    refuse_test_of_train(table, counts)
+    for line in warnings(counts, aggregated=merged > 0):
+        print(f"warning: {line}", file=sys.stderr)
+    return table, {**counts, "handling": duplicates, "rows_merged": merged}
+
+
+def check_targets_vary(table: MoleculeTable, task: str) -> None:
+    """Before any work: a regression target that holds one value in every train and valid row has
+    nothing to fit (and its report would divide by an RMSE of 0): one line naming the column."""
+    if task != "regression":
+        return  # a classification's classes are counted by check_target
+    rows = np.concatenate([table.splits["train"], table.splits["valid"]])
+    for t, name in enumerate(table.target_names):
+        values = table.targets[rows, t][np.isfinite(table.targets[rows, t])]
+        if len(values) and np.ptp(values) == 0:
+            where = ", ".join(str(p) for p in table.source_files)
+            raise UserError(f"{where}: every train and valid row holds {values[0]:g} in target column {name!r}; fit needs targets that vary")
+
+
+def scaffold_words(smiles: list[str]) -> str:
+    """How the molecules' Bemis–Murcko scaffolds are shared, in words (why a scaffold split fails)."""
+    from gtscale.prep.sources.base import scaffold_groups
+
+    groups = scaffold_groups(smiles)
+    key, rows = max(groups.items(), key=lambda kv: len(kv[1]))
+    name = "none (acyclic)" if key == "" else key
+    return f"the {len(smiles)} molecules have {len(groups)} scaffold(s), the largest ({name}) shared by {len(rows)}"
+
+
+def refuse_infinite_targets(table: MoleculeTable) -> None:
+    """One line naming the first row of the file `table` was read from whose target is infinite
+    (inf, or a number beyond float32's range): a blank cell is no value, an infinite one no measurement."""
+    rows, columns = np.nonzero(np.isinf(table.targets))
+    if len(rows):
+        row, t = rows[0], columns[0]
+        raise UserError(f"{table.source_files[0]}: data row {row + 1}: target column {table.target_names[t]!r} holds {table.targets[row, t]:g} "
+                        f"({len(rows)} such cell(s)); a target is a finite number, or a blank cell for no value")
 
 
 def fit_task(table: MoleculeTable, task: str) -> str:
@@ -336,29 +403,58 @@ def fit_target(t: int, labelled: Features, task: str, names: tuple[str, ...], re
 
 
 def fit(inputs: list[Path], out: Path, smiles_column: str = "smiles", target_columns: tuple[str, ...] = ("y",), task: str = "auto",
-        split: str = "random", seed: int = 0, recipe: str = DEFAULT_RECIPE, init_from: str = DEFAULT_BACKBONE, seeds: tuple[int, ...] = (0, 1, 2),
-        finetune_overrides: tuple[str, ...] = (), progress: bool = True, budget: float = DEFAULT_BUDGET) -> dict:
-    """Fit, choose, export and test (module docstring); returns the report written to out/report.json."""
-    from gtscale.models.export import claim_export_dir
+        split: str = "random", seed: int = 0, recipe: str = DEFAULT_RECIPE, init_from: str | None = None, seeds: tuple[int, ...] | None = None,
+        finetune_overrides: tuple[str, ...] = (), duplicates: str = "warn", progress: bool = True, budget: float = DEFAULT_BUDGET) -> dict:
+    """Fit, choose, export and test (module docstring); returns the report written to out/report.json.
+    One fit at a time in `out`: it is locked as training locks its run_dir (train/run_lock.py),
+    which also finds an unwritable `out` before any work."""
+    from gtscale.train import run_lock
 
-    began = time.perf_counter()
     if recipe not in ("auto", *RECIPES):
         raise UserError(f"--recipe: {recipe!r} is not one of auto, {', '.join(RECIPES)}")
     if task not in ("auto", *TASKS):
         raise UserError(f"--task: {task!r} is not one of auto, {', '.join(TASKS)}")
-    out = claim_out_dir(out, MARKERS, inputs=inputs)
-    for folder in (out / "members", out / "export"):
-        claim_export_dir(folder)  # nested member exports: only ones gtscale wrote are replaced
-    out.mkdir(parents=True, exist_ok=True)
-    if not (out / REPORT).is_file():  # marks the folder as fit's before anything else is written in it: a rerun may replace it all
-        atomic_write_text(out / REPORT, json.dumps({"format": REPORT_FORMAT, "finished": False}))
+    if duplicates not in DUPLICATES:
+        raise UserError(f"--duplicates: {duplicates!r} is not one of {', '.join(DUPLICATES)}")
+    refuse_unused_options(recipe, init_from, seeds, finetune_overrides)
+    asked = (init_from, seeds)  # as given: recipe auto checks them against its plan
+    init_from, seeds = init_from or DEFAULT_BACKBONE, tuple(seeds or DEFAULT_SEEDS)
+    out = claim_out_dir(out, MARKERS, inputs=inputs, own={run_lock.LOCK_FILE: run_lock.is_lock_file})
+    new = not out.exists()
+    lock = run_lock.acquire(out, option="--out", holder_name="another gtscale fit")
+    try:
+        written = WrittenRecord(out, legacy_files(out))  # what an earlier fit wrote here: only that is replaced or removed
+        if new:
+            written.save()  # marks the folder as fit's before anything else is written in it
+        return fit_locked(inputs, out, written, smiles_column, target_columns, task, split, seed, recipe, init_from, seeds, finetune_overrides,
+                          duplicates, progress, budget, asked)
+    except UserError:
+        if new:  # refused before its work: a folder it made for nothing goes again
+            remove_if_unused(out, {REPORT, RECORD, run_lock.LOCK_FILE})
+        raise
+    finally:
+        lock.release()
+
+
+def fit_locked(inputs: list[Path], out: Path, written: WrittenRecord, smiles_column: str, target_columns: tuple[str, ...], task: str, split: str,
+               seed: int, recipe: str, init_from: str, seeds: tuple[int, ...], finetune_overrides: tuple[str, ...], duplicates: str,
+               progress: bool, budget: float, asked: tuple) -> dict:
+    """fit's work, in `out` once fit holds it (`written`: its record of what fit wrote there)."""
+    began = time.perf_counter()
     table = read_fit_table(inputs, smiles_column, list(target_columns), split, seed)
     task_from, task = "detected" if task == "auto" else "named", fit_task(table, task)
     table.task_type = TABLE_TASKS[task]
+    table, repeats = handle_duplicates(table, task, duplicates, split if len(inputs) == 1 else "files", seed)
+    check_targets_vary(table, task)
     chosen_plan = plan_members(table, recipe, budget)
-    names = chosen_plan.members
+    names, seeds = chosen_plan.members, seeds[:chosen_plan.finetune_seeds]
+    if recipe == "auto":
+        refuse_unused_options(recipe, *asked, finetune_overrides, planned=names)
     if progress:
         print("\n".join(f"plan: {note}" for note in chosen_plan.notes))
+    reports = {REPORT_MD, TEST_PREDICTIONS, FIGURES[task]}
+    written.claim(planned_files(member_folders(names, seeds), len(table.target_names)) | reports)  # refuses a user's file in the way, before the work
+    atomic_write_text(out / REPORT, json.dumps({"format": REPORT_FORMAT, "finished": False}))  # until the report replaces it: this fit did not finish
     saved_backbone, backbone = load_backbone(init_from) if {"kernel", "landmark"} & set(names) else (None, None)
     features = featurize(table, backbone, progress)
     targets, where = table.target_names, ", ".join(str(p) for p in table.source_files)
@@ -370,7 +466,7 @@ def fit(inputs: list[Path], out: Path, smiles_column: str = "smiles", target_col
         shared.append(timed(landmark_member, features, task, table_record(table, task), saved_backbone))
     if "finetune" in names:
         steps = [] if chosen_plan.finetune_steps is None else [f"schedule.total_steps={chosen_plan.finetune_steps}"]
-        shared.append(timed(finetune_member, table, out / "shards", out / "finetune", init_from, list(seeds)[:chosen_plan.finetune_seeds],
+        shared.append(timed(finetune_member, table, out / "shards", out / "finetune", init_from, list(seeds),
                             FINETUNE_TASKS[task] + steps + list(finetune_overrides), progress, chosen_plan.finetune_refit))
     baseline_test = None
     if "forest" in names:
@@ -385,8 +481,9 @@ def fit(inputs: list[Path], out: Path, smiles_column: str = "smiles", target_col
         results.append(fit_target(t, labelled[t], task, names, record, saved_backbone, shared))
     fitted = {member.name: [result.fitted[m] for result in results] for m, member in enumerate(results[0].fitted)}
     for name, per_target in fitted.items():
-        write_member(out / "members" / name, per_target, targets)
-    write_choice(out / "export", fitted, [result.chosen_members() for result in results], targets)
+        written.wrote(write_member(out / "members" / name, per_target, targets))
+    written.wrote(write_choice(out / "export", fitted, [result.chosen_members() for result in results], targets))
+    earlier = written.retire(still_writing=reports)  # before scoring: an earlier fit's targets.json would be read before ensemble.json
     smiles = [table.smiles[i] for i in features.rows["test"]]
     scored_elsewhere = {} if baseline_test is None else {chosen_plan.baseline: baseline_test}
     test, test_smiles, y_test, predictions, unread = score_tests(out, [m.name for m in results[0].fitted], smiles, features.y["test"], task, targets,
@@ -395,19 +492,44 @@ def fit(inputs: list[Path], out: Path, smiles_column: str = "smiles", target_col
         "format": REPORT_FORMAT, "out": str(out), "inputs": [str(p) for p in inputs], "smiles_column": smiles_column, "task": task, "task_from": task_from,
         "split": split if len(inputs) == 1 else "files", "seed": seed, "recipe": recipe,
         "backbone": str(init_from) if {"kernel", "landmark", "finetune"} & set(names) else None,
-        "molecules": {s: int(len(features.rows[s])) for s in SPLITS}, "left_out": features.left_out, "test_unread": unread,
+        "molecules": {s: int(len(features.rows[s])) for s in SPLITS}, "left_out": features.left_out, "test_unread": unread, "duplicates": repeats,
         "targets": {name: target_report(result, test[name], y_test[:, t], task) for t, (name, result) in enumerate(zip(targets, results))},
         **({"mean": mean_over_targets(test)} if len(targets) > 1 else {}),
         "baseline": chosen_plan.baseline, "plan": {"notes": list(chosen_plan.notes), "estimated_cpu_seconds": chosen_plan.estimate, "budget_cpu_minutes": budget},
+        "earlier_fit": earlier.as_dict(),
         **({"forest": forest_chosen} if baseline_test is not None else {}), "seconds": round(time.perf_counter() - began, 1),
     }
     write_test_predictions(out / TEST_PREDICTIONS, test_smiles, y_test, predictions, targets)
     write_figure(out / FIGURES[task], task, y_test, predictions, targets, model_labels(task))
-    for other in set(FIGURES.values()) - {FIGURES[task]}:  # an earlier fit's of the other task
-        (out / other).unlink(missing_ok=True)
     atomic_write_text(out / REPORT_MD, report_markdown(report))
+    written.wrote(reports)
     atomic_write_text(out / REPORT, json.dumps(report, indent=1))
     return report
+
+
+def refuse_unused_options(recipe: str, init_from: str | None, seeds: tuple[int, ...] | None, finetune_overrides: tuple[str, ...],
+                          planned: tuple[str, ...] | None = None) -> None:
+    """An option given for a member the recipe does not fit would be ignored without a word: one line
+    instead. `planned`: the members recipe auto planned for this set (before the plan, auto may use any)."""
+    if recipe == "auto" and planned is None:
+        return
+    names = RECIPES[recipe] if planned is None else planned
+    unused = ([] if "finetune" in names else [o for o, given in (("--seeds", seeds), ("--finetune-overrides", finetune_overrides)) if given])
+    unused += [] if {"kernel", "landmark", "finetune"} & set(names) or init_from is None else ["--init-from"]
+    if not unused:
+        return
+    if planned is not None:
+        raise UserError(f"{unused[0]}: the members recipe auto plans for this set ({' + '.join(planned)}) do not use it; leave it out, "
+                        "raise --budget, or choose a --recipe")
+    readers = {"--seeds": "finetune, large and all", "--finetune-overrides": "finetune, large and all", "--init-from": "kernel, landmark, finetune, large and all"}
+    raise UserError(f"{unused[0]}: recipe {recipe} does not use it (only the recipes {readers[unused[0]]} do); leave it out or choose another --recipe")
+
+
+def member_folders(names: tuple[str, ...], seeds: tuple[int, ...]) -> dict[str, tuple[list[str], bool]]:
+    """Each member of the recipe → (the export folders it writes, whether each predicts every target):
+    an SVR its own, the fine-tuned member one per seed (finetune_member)."""
+    return {name: ([f"finetune-seed-{s}" for s in seeds], True) if name == "finetune" else ([name], name in ALL_TARGET_MEMBERS)
+            for name in names if name != "forest"}  # the forest is scored, never exported
 
 
 def target_report(result: TargetFit, test: dict, y_test: np.ndarray, task: str) -> dict:

@@ -11,8 +11,9 @@ that target's export, with a share of 1 of its own target. The fine-tuned member
 head per seed, an ensemble export as above. DIR/export is then a targets.json over the folders of
 the members chosen for any target, each target's chosen members sharing it equally.
 
-A rerun replaces what an earlier fit wrote in these folders, and removes what it no longer
-chooses (files and export folders gtscale wrote: the folders were claimed before any work).
+A rerun replaces what an earlier fit wrote in these folders; what it no longer writes is removed
+by fit/written.py, which removes only files an earlier fit wrote (planned_files lists what a fit
+may write here, before the work; the writers return what they did write).
 """
 
 from __future__ import annotations
@@ -43,83 +44,91 @@ class FittedMember:
     all_targets: bool = False  # its exports predict every target column (the fine-tuned head), not this target's alone
 
 
-def write_member(folder: Path, fitted: list[FittedMember], targets: list[str]) -> None:
-    """A member's own export of every target (`fitted`: the member as fitted for each target)."""
+def write_member(folder: Path, fitted: list[FittedMember], targets: list[str]) -> list[Path]:
+    """A member's own export of every target (`fitted`: the member as fitted for each target); the files written."""
     if len(targets) == 1 or fitted[0].all_targets:
-        write_parts(folder, fitted[0])
-        return
+        return write_parts(folder, fitted[0])
     folders = [f"target-{t}" for t in range(len(targets))]
-    for name, member in zip(folders, fitted):
-        write_parts(folder / name, member)
-    write_targets_record(folder, targets, folders, np.eye(len(targets)).tolist())
+    files = [f for name, member in zip(folders, fitted) for f in write_parts(folder / name, member)]
+    return files + [write_targets_record(folder, targets, folders, np.eye(len(targets)).tolist())]
 
 
-def write_parts(folder: Path, member: FittedMember) -> None:
+def write_parts(folder: Path, member: FittedMember) -> list[Path]:
     """A member's export of one target (or of all, all_targets): the folder itself for one part, an
-    ensemble export of its parts otherwise."""
-    from gtscale.models.export import FILES
-
+    ensemble export of its parts otherwise; the files written."""
     if len(member.writers) == 1:
-        next(iter(member.writers.values()))(folder)
-        tidy(folder, set(FILES))
-        return
-    for name, write in member.writers.items():
-        write(folder / name)
-    write_ensemble_record(folder, list(member.writers), member.weights)
+        return export_files(next(iter(member.writers.values()))(folder))
+    files = [f for name, write in member.writers.items() for f in export_files(write(folder / name))]
+    return files + [write_ensemble_record(folder, list(member.writers), member.weights)]
 
 
-def write_choice(folder: Path, fitted: dict[str, list[FittedMember]], chosen: list[list[str]], targets: list[str]) -> None:
+def write_choice(folder: Path, fitted: dict[str, list[FittedMember]], chosen: list[list[str]], targets: list[str]) -> list[Path]:
     """DIR/export: of one target, the chosen members' export folders side by side, equal shares per
     member (an ensemble export); of several, each member chosen for any target as in DIR/members,
-    and targets.json giving target t's chosen members (`chosen[t]`) equal shares of it."""
+    and targets.json giving target t's chosen members (`chosen[t]`) equal shares of it. Returns the files written."""
     if len(targets) > 1:
         used = [name for name in fitted if any(name in names for names in chosen)]
-        for name in used:
-            write_member(folder / name, fitted[name], targets)
+        files = [f for name in used for f in write_member(folder / name, fitted[name], targets)]
         shares = [[1.0 / len(names) if name in names else 0.0 for names in chosen] for name in used]
-        write_targets_record(folder, targets, used, shares)
-        return
-    names, weights = [], []
+        return files + [write_targets_record(folder, targets, used, shares)]
+    names, weights, files = [], [], []
     for member in (fitted[name][0] for name in chosen[0]):
         total = sum(member.weights)
         for (name, write), weight in zip(member.writers.items(), member.weights):
-            write(folder / name)
+            files += export_files(write(folder / name))
             names.append(name)
             weights.append(weight / total / len(chosen[0]))
-    write_ensemble_record(folder, names, weights)
+    return files + [write_ensemble_record(folder, names, weights)]
 
 
-def write_ensemble_record(folder: Path, names: list[str], weights: list[float]) -> None:
+def export_files(folder: Path) -> list[Path]:
+    """The files of the export folder a writer has just written."""
+    from gtscale.models.export import FILES
+
+    return [folder / name for name in FILES]
+
+
+def write_ensemble_record(folder: Path, names: list[str], weights: list[float]) -> Path:
     """ensemble.json: the member folders beside it and their weights (members/load.py's load_members)."""
     from gtscale.models.export import ENSEMBLE_FILE, ENSEMBLE_FORMAT
 
     folder.mkdir(parents=True, exist_ok=True)
-    tidy(folder, {ENSEMBLE_FILE, *names})
     atomic_write_text(folder / ENSEMBLE_FILE, json.dumps({"format": ENSEMBLE_FORMAT, "members": names, "weights": weights}, indent=1))
+    return folder / ENSEMBLE_FILE
 
 
-def write_targets_record(folder: Path, targets: list[str], members: list[str], shares: list[list[float]]) -> None:
+def write_targets_record(folder: Path, targets: list[str], members: list[str], shares: list[list[float]]) -> Path:
     """targets.json: the target names, the member folders beside it and each one's share of each target (members/load.py's load_targets)."""
     from gtscale.models.export import TARGETS_FILE, TARGETS_FORMAT
 
-    tidy(folder, {TARGETS_FILE, *members})
+    folder.mkdir(parents=True, exist_ok=True)
     record = {"format": TARGETS_FORMAT, "targets": targets, "members": members, "shares": shares}
     atomic_write_text(folder / TARGETS_FILE, json.dumps(record, indent=1))
+    return folder / TARGETS_FILE
 
 
-def tidy(folder: Path, keep: set[str]) -> None:
-    """Remove from `folder` what an earlier fit wrote there and this one does not (`keep`): an
-    export's files, an ensemble's or targets' record, export folders. Left behind, an old
-    targets.json would be read before a new ensemble.json."""
-    from gtscale.models.export import ENSEMBLE_FILE, EXPORT_MARKERS, FILES, TARGETS_FILE
+def planned_files(members: dict[str, tuple[list[str], bool]], targets: int) -> set[str]:
+    """Every file (relative to DIR) that writing these members (name → (its export folders: the
+    member's own name for an SVR, a folder per seed for the fine-tuned one; whether each predicts
+    every target, FittedMember.all_targets)) may write in DIR/members and DIR/export, whichever
+    the choice."""
+    from gtscale.models.export import ENSEMBLE_FILE, FILES, TARGETS_FILE
 
-    for entry in folder.iterdir():
-        if entry.name in keep:
-            continue
-        if entry.is_dir() and any((entry / marker).is_file() for marker in EXPORT_MARKERS):
-            shutil.rmtree(entry)
-        elif entry.is_file() and entry.name in (*FILES, ENSEMBLE_FILE, TARGETS_FILE):
-            entry.unlink()
+    def member_files(folder: str, parts: list[str], all_targets: bool) -> set[str]:
+        if len(parts) > 1:  # an ensemble export of its parts (of every target at once)
+            return {f"{folder}/{ENSEMBLE_FILE}", *(f"{folder}/{part}/{name}" for part in parts for name in FILES)}
+        if targets == 1 or all_targets:
+            return {f"{folder}/{name}" for name in FILES}
+        return {f"{folder}/{TARGETS_FILE}", *(f"{folder}/target-{t}/{name}" for t in range(targets) for name in FILES)}
+
+    files = {"export/" + (TARGETS_FILE if targets > 1 else ENSEMBLE_FILE)}
+    for member, (parts, all_targets) in members.items():
+        files |= member_files(f"members/{member}", parts, all_targets)
+        if targets > 1:
+            files |= member_files(f"export/{member}", parts, all_targets)
+        else:
+            files |= {f"export/{part}/{name}" for part in parts for name in FILES}
+    return files
 
 
 def copy_export(source: Path, folder: Path) -> Path:

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 from gtscale.errors import UserError
 
+#: Members fitted once for every target column (one model, masked labels), chosen among on the valid split.
+ALL_TARGET_MEMBERS = ("landmark", "finetune")
 #: Most molecules a target (train + valid) the exact kernel members take in auto.
 EXACT_MOLECULES = 5000
 #: Most molecules a target the exact kernel members take at all: their kernel matrices

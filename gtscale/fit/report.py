@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from gtscale.fit.duplicates import warnings
+from gtscale.fit.plan import ALL_TARGET_MEMBERS
 from gtscale.io import atomic_write_text
 
 REPORT, REPORT_MD, TEST_PREDICTIONS = "report.json", "report.md", "test-predictions.csv"
@@ -73,7 +75,7 @@ def write_test_predictions(path: Path, smiles: list[str], y: np.ndarray, predict
 
     columns = {"smiles": smiles}
     for t, target in enumerate(targets):
-        columns[f"{target}_measured"] = y[:, t]
+        columns[f"{target}_measured"] = y[:, t].astype(np.float32)  # as read (fit reads targets as float32): 5.51, not 5.510000228881836
         columns |= {f"{target}_{name}_pred": pred[:, t] for name, pred in predictions.items()}
     atomic_write_text(path, pd.DataFrame(columns).to_csv(index=False))
 
@@ -134,7 +136,7 @@ def model_labels(task: str) -> dict[str, str]:
 #: The test table of each task: (header, the row of one model's metrics beside the baseline's).
 TABLES = {
     "regression": ("| model | test RMSE | test MAE | test R² | RMSE ÷ baseline |\n| --- | --- | --- | --- | --- |",
-                   lambda m, base: f"{m['rmse']:.4f} | {m['mae']:.4f} | {m['r2']:.3f} | {m['rmse'] / base['rmse']:.3f}"),
+                   lambda m, base: f"{m['rmse']:.4f} | {m['mae']:.4f} | {m['r2']:.3f} | " + (f"{m['rmse'] / base['rmse']:.3f}" if base["rmse"] else "—")),
     "classification": ("| model | test ROC-AUC | test PR-AUC | test log loss | ROC-AUC − baseline |\n| --- | --- | --- | --- | --- |",
                        lambda m, base: f"{m['rocauc']:.4f} | {m['prauc']:.4f} | {m['logloss']:.4f} | {m['rocauc'] - base['rocauc']:+.4f}"),
 }
@@ -148,12 +150,17 @@ def report_markdown(report: dict) -> str:
     """Per target, the test table (each member and the chosen model, beside the baseline) and the
     choice; with several targets, the table of each model's mean over them first."""
     task, targets = report["task"], list(report["targets"])
-    n = report["molecules"]
+    n, labels = report["molecules"], model_labels(task)
     lines = [f"# gtscale fit: {', '.join(targets)} of {Path(report['inputs'][0]).name}", "",
              f"{n['train']} train, {n['valid']} valid, {n['test']} test molecules (split: {report['split']}); "
              f"{task} ({TASK_FROM[report['task_from']][task]}); recipe {report['recipe']}"
-             + (f", backbone {report['backbone']}" if report["backbone"] else "") + f"; {report['seconds']} s.",
+             + (f", backbone {report['backbone']}" if report["backbone"] else "") + f"; {report['seconds']} s.", "", left_out_line(report),
              "", *(f"- {note}" for note in report["plan"]["notes"]), "", members_table(report)]
+    if repeats := warnings(report["duplicates"], aggregated=report["duplicates"]["rows_merged"] > 0):
+        lines += ["", *(f"**Warning**: {line}." for line in repeats)]
+    if report["duplicates"]["rows_merged"]:
+        lines += ["", f"{report['duplicates']['rows_merged']} rows of molecules given more than once were merged into their molecule's row "
+                  "(--duplicates aggregate: targets averaged)."]
     if len(targets) > 1:
         lines += ["", f"## Mean over the {len(targets)} targets", "", "Each target counts once; the model of each target is chosen on its own "
                   "(below), so the chosen model's row mixes members.", "", *test_table(report["mean"], task, report["baseline"])]
@@ -164,14 +171,45 @@ def report_markdown(report: dict) -> str:
         if task == "classification":
             ones, labelled = result["test_positives"], result["test_labelled"]
             lines += ["", f"Test: {ones} of {labelled} molecules labelled 1 ({ones / max(labelled, 1):.3f}: the PR-AUC of a random ranking)."]
+        if any(result["missing"].values()):
+            lines += ["", f"Rows without a value of {target} (left out of its fit and test): "
+                      + ", ".join(f"{n} {split}" for split, n in result["missing"].items()) + "."]
         lines += ["", *test_table(result["test"], task, report["baseline"])]
+        lines += ["", "Each member's hyperparameters, chosen on train + valid: " + "; ".join(
+            f"{labels[name] if name in labels else name}: {chosen_words(name, chosen)}" for name, chosen in result["members"].items()) + "."]
         sel = result["selection"]
         tie = f"; log loss {', '.join(f'{k} {v:.4f}' for k, v in sel['logloss'].items())}" if "logloss" in sel else ""
         lines += ["", f"Chosen on train + valid only ({sel['rule']}): **{sel['chosen']}** "
                   + "(" + ", ".join(f"{k} {v:.4f}" for k, v in sel["candidates"].items()) + tie + ")."]
+    if earlier := describe_earlier_fit(report.get("earlier_fit", {})):
+        lines += ["", *earlier]
     lines += ["", f"`gtscale predict {report['out']}/export --input mols.csv --out preds.csv` predicts with it"
               + ("" if len(targets) == 1 else " (a column per target)") + f"; {FIGURES[task]} plots its test predictions."]
     return "\n".join(lines) + "\n"
+
+
+#: What each reason a row is left out for means (prep/featurize.py and prep/molecule_limits.py name them).
+REASONS = {"invalid_smiles": "SMILES RDKit cannot read", "empty_smiles": "empty SMILES", "empty_molecule": "no atoms",
+           "smiles_too_long": "SMILES beyond the length cap", "too_many_nodes": "more atoms than the cap"}
+
+
+def left_out_line(report: dict) -> str:
+    """Which rows of each split no member reads, and why (report.json `left_out`, `test_unread`)."""
+    parts = [f"{sum(reasons.values())} {split} (" + ", ".join(f"{n} {REASONS.get(why, why.replace('_', ' '))}" for why, n in reasons.items()) + ")"
+             for split, reasons in report["left_out"].items() if reasons]
+    unread = f"; {report['test_unread']} more test rows some model could not read" if report.get("test_unread") else ""
+    return ("Left out, as no member reads them: " + ", ".join(parts) + unread + "." if parts or unread
+            else "Left out: no row (every molecule is read by every member).")
+
+
+def chosen_words(member: str, chosen: dict) -> str:
+    """A member's chosen hyperparameters in words (report.json targets.*.members)."""
+    shown = {k: v for k, v in chosen.items() if k in ("C", "similarity", "weight", "gamma", "alpha", "landmarks", "seeds", "steps")}
+    words = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in shown.items())
+    if member == "kernel" and chosen.get("weight") == 0:
+        words += (" (weight 0: the backbone's kernel has no share, so this member is the ECFP4 baseline's model, its C chosen alike)"
+                  if chosen.get("similarity", "tanimoto") == "tanimoto" else " (weight 0: the backbone's kernel has no share: an ECFP4 MinMax SVR)")
+    return words
 
 
 def test_table(test: dict[str, dict[str, float]], task: str, baseline: str) -> list[str]:
@@ -182,12 +220,26 @@ def test_table(test: dict[str, dict[str, float]], task: str, baseline: str) -> l
 
 
 def members_table(report: dict) -> str:
-    """What each member ran as (the first target's record: what was chosen for it) and its CPU time."""
-    first = next(iter(report["targets"].values()))["members"]
-    rows = {**first, **({"forest": report["forest"]} if "forest" in report else {})}
+    """What ran and what it cost: each member's CPU seconds, over every target (a member fitted once
+    for all targets records the same time in each)."""
+    targets = list(report["targets"].values())
     labels = model_labels(report["task"])
-    lines = ["| member | CPU s | chosen |", "| --- | --- | --- |"]
-    for name, chosen in rows.items():
-        shown = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in chosen.items() if k not in ("cpu_seconds", "platt", "selection"))
-        lines.append(f"| {labels.get(name, name)} | {chosen.get('cpu_seconds', '–')} | {shown} |")
+    lines = ["| member | CPU s |", "| --- | --- |"]
+    for name in targets[0]["members"]:
+        each = [target["members"][name].get("cpu_seconds", 0.0) for target in targets]
+        lines.append(f"| {labels.get(name, name)} | {each[0] if name in ALL_TARGET_MEMBERS else round(sum(each), 1)} |")
+    if "forest" in report:
+        lines.append(f"| {labels['forest']} | {report['forest']['cpu_seconds']} |")
     return "\n".join(lines)
+
+
+def describe_earlier_fit(outcome: dict) -> list[str]:
+    """report.md's lines on what a rerun did to an earlier fit's files (Outcome.as_dict; none for a first fit)."""
+    replaced, removed, kept = outcome.get("replaced", []), outcome.get("removed", []), outcome.get("kept", {})
+    if not (replaced or removed or kept):
+        return []
+    lines = [f"This folder held an earlier fit: {len(replaced)} of its files replaced, {len(removed)} removed "
+             f"(files it wrote that this fit does not write), {len(kept)} kept (files gtscale fit did not write, or changed since)."]
+    lines += [f"- removed {path}" for path in removed]
+    lines += [f"- kept {path} ({why})" for path, why in kept.items()]
+    return lines

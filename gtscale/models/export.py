@@ -10,9 +10,10 @@
     model.pt     tensors only (floating ones fp32), keys backbone.* and head.* (the layout of
                  ExportedModel); read with torch.load(weights_only=True), so nothing in it can run code
     model.yaml   the model config (a configs/models/ YAML) with the head in its `head` section
-    export.json  where the weights came from (run_dir + tag, or source + format) and the parameter
-                 count; its presence marks the folder as one gtscale wrote; for `gtscale predict`,
-                 the run's task and how its shards were made (ExportRecord)
+    export.json  where the weights came from (run_dir + tag, or source + format), the parameter
+                 count and the SHA-256 of model.pt's tensors (tensors_sha256, checked on every read:
+                 a flipped byte no range check finds); its presence marks the folder as one gtscale
+                 wrote; for `gtscale predict`, the run's task and how its shards were made (ExportRecord)
 
 Each file is written via a temporary name and a rename: a reader sees it whole or not at all.
 `read_export` checks what it reads before anyone uses it: model.yaml against the model and head
@@ -26,6 +27,7 @@ The model modules themselves stay free of files; this module is where their weig
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pickle
@@ -194,6 +196,7 @@ class ExportRecord:
     source: Optional[str] = None  # `gtscale import-checkpoint` (and its format, --set), the baselines
     format: Optional[str] = None
     overrides: list[str] = field(default_factory=list)
+    tensors_sha256: Optional[str] = None  # tensors_sha256 of model.pt's tensors (absent from exports written before it was kept)
     task: Optional[TaskRecord] = None  # what `gtscale predict` needs (absent from imports)
     shards: Optional[ShardsRecord] = None
     backbone: Optional[BackboneRecord] = None
@@ -245,7 +248,7 @@ def write_export(out: Path, state: dict[str, torch.Tensor], model_cfg: dict, met
     is written."""
     out = claim_export_dir(out)
     state = {k: (v.detach().float() if v.is_floating_point() else v.detach()).contiguous().clone() for k, v in state.items()}
-    meta = {**meta, "parameters": sum(v.numel() for v in state.values())}
+    meta = {**meta, "parameters": sum(v.numel() for v in state.values()), "tensors_sha256": tensors_sha256(state)}
     check_export(Export(out, model_cfg, state, meta))
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / f"{MODEL_FILE}.{os.getpid()}.tmp"
@@ -294,7 +297,29 @@ def read_export(path: str | os.PathLike) -> Export:
         config["backbone"] = current_field_names(config["backbone"], f"{folder / CONFIG_FILE}: backbone")
     export = Export(folder, config, read_weights(folder / MODEL_FILE), meta)
     check_export(export)
+    check_tensors_sha256(export)
     return export
+
+
+def tensors_sha256(state: dict[str, torch.Tensor]) -> str:
+    """SHA-256 of a state dict's tensors: each one's name, dtype, shape and bytes, in name order
+    (of the tensors, not of model.pt's bytes: a copy or a re-save of the same tensors keeps it)."""
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        tensor = state[name].detach().cpu().contiguous()
+        digest.update(f"{name}\0{tensor.dtype}\0{tuple(tensor.shape)}\0".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().data)
+    return digest.hexdigest()
+
+
+def check_tensors_sha256(export: Export) -> None:
+    """model.pt's tensors are the ones export.json's tensors_sha256 records: a flipped byte changes
+    predictions without making any value out of range, so only the checksum finds it (an export
+    written before the checksum was kept has none and is read as it is)."""
+    recorded = export.meta.get("tensors_sha256")
+    if recorded is not None and tensors_sha256(export.state) != recorded:
+        raise UserError(f"{export.folder / MODEL_FILE}: its tensors do not match the checksum in {META_FILE} (tensors_sha256): the file "
+                        "was damaged or changed since it was written; copy, export or fit it again")
 
 
 def check_export(export: Export) -> None:

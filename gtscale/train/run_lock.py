@@ -22,6 +22,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import re
 import socket
 from pathlib import Path
 
@@ -44,32 +45,33 @@ class RunLock:
             self._fd = None
 
 
-def acquire(run_dir: str | os.PathLike) -> RunLock:
+def acquire(run_dir: str | os.PathLike, option: str = "run_dir", holder_name: str = "another run") -> RunLock:
     """Create run_dir if needed and lock it, or raise UserError: held by another run (its pid and
-    host), or run_dir unusable (a file, a read-only mount, no permission)."""
+    host), or run_dir unusable (a file, a read-only mount, no permission). `option` names the folder
+    in the message and `holder_name` what holds it (`gtscale fit` locks its --out the same way)."""
     run_dir = Path(run_dir)
     path = run_dir / LOCK_FILE
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # no O_TRUNC: the holder's pid stays readable
     except OSError as err:
-        raise UserError(unusable(run_dir, err)) from None
+        raise UserError(unusable(run_dir, err, option)) from None
     try:
         fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as err:
         os.close(fd)
         if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            raise UserError(f"run_dir {run_dir}: another run is using it ({holder(path)}); wait for it to end, or choose another run_dir") from None
+            raise UserError(f"{option} {run_dir}: {holder_name} is using it ({holder(path)}); wait for it to end, or choose another {option}") from None
         if err.errno in _UNSUPPORTED:
             return RunLock(run_dir, None)  # this file system cannot lock: run unguarded, as before locks existed
-        raise UserError(unusable(run_dir, err)) from None
+        raise UserError(unusable(run_dir, err, option)) from None
     try:
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()} on host {socket.gethostname()}\n".encode())
     except OSError as err:  # e.g. a full disk: the lock holds all the same
         if err.errno != errno.ENOSPC:
             os.close(fd)
-            raise UserError(unusable(run_dir, err)) from None
+            raise UserError(unusable(run_dir, err, option)) from None
     return RunLock(run_dir, fd)
 
 
@@ -77,6 +79,12 @@ def check_free(run_dir: str | os.PathLike) -> None:
     """Raise UserError if run_dir is locked by a run or unusable; hold nothing (launch/train asks
     before starting ranks, whose rank 0 then takes the lock)."""
     acquire(run_dir).release()
+
+
+def is_lock_file(path: Path) -> bool:
+    """Is `path` a lock file acquire wrote (empty, or its holder's pid and host)?"""
+    text = path.read_text(errors="replace") if path.stat().st_size < 4096 else "-"
+    return text == "" or re.fullmatch(r"pid \d+ on host \S*\n", text) is not None
 
 
 def holder(path: Path) -> str:
@@ -88,17 +96,17 @@ def holder(path: Path) -> str:
     return text or "pid not yet recorded"
 
 
-def unusable(run_dir: Path, err: OSError) -> str:
-    """One line for an OSError of creating or writing in run_dir."""
+def unusable(run_dir: Path, err: OSError, option: str = "run_dir") -> str:
+    """One line for an OSError of creating or writing in run_dir (the folder `option` names)."""
     target = Path(err.filename) if err.filename else run_dir
     if err.errno == errno.EEXIST or (err.errno == errno.ENOTDIR):
         blocker = next((p for p in [run_dir, *run_dir.parents] if p.exists() and not p.is_dir()), target)
-        return f"run_dir {run_dir}: {blocker} is a file, not a folder; choose another run_dir"
+        return f"{option} {run_dir}: {blocker} is a file, not a folder; choose another {option}"
     if err.errno == errno.EROFS:
-        return f"run_dir {run_dir}: {target} is on a read-only file system; choose a writable run_dir"
+        return f"{option} {run_dir}: {target} is on a read-only file system; choose a writable {option}"
     if err.errno == errno.EACCES or err.errno == errno.EPERM:
-        return f"run_dir {run_dir}: no permission to write {target}; choose a writable run_dir"
-    return f"run_dir {run_dir}: cannot write {target}: {err.strerror or err}"
+        return f"{option} {run_dir}: no permission to write {target}; choose a writable {option}"
+    return f"{option} {run_dir}: cannot write {target}: {err.strerror or err}"
 
 
 def acquire_on_rank0(run_dir: str | os.PathLike) -> RunLock | None:

@@ -25,6 +25,7 @@ from gtscale.format.record_meta import split_smiles
 from gtscale.prep.sources.bundled import read_nci_tpsa
 
 from test_moleculeace_table import SET, tiny_config
+from export_fixtures import save_tensors
 
 
 CUT = {"train": slice(0, 100), "valid": slice(100, 125), "test": slice(125, 150)}
@@ -152,7 +153,7 @@ def test_the_table_scores_the_kernel_arm_of_a_pretrained_export(tmp_path, capsys
     shutil.copytree(kernel_export, broken)
     state = torch.load(broken / "model.pt", weights_only=True)
     state["coef"] = state["coef"][:-1]
-    torch.save(state, broken / "model.pt")
+    save_tensors(broken, state)
     assert main(["predict", str(broken), "--input", str(csv), "--out", str(tmp_path / "b.csv"), "--no-progress"]) == 2
     assert "do not fit one kernel SVR" in capsys.readouterr().err and not (tmp_path / "b.csv").exists()
 

@@ -15,6 +15,7 @@ from gtscale.cli import main
 from gtscale.members.fingerprints import ecfp, ecfp_rows, tanimoto
 from gtscale.members.svr import TanimotoSVR, write_svr_export
 from gtscale.prep.sources.bundled import read_nci_tpsa
+from export_fixtures import save_tensors
 
 MANIFEST = {"dataset": "moleculeace-CHEMBL0_Ki-seed0", "task": {"type": "graph", "target_names": ["y"]}}
 
@@ -138,7 +139,7 @@ def _with_tensor(export, tmp_path, name, change):
     out = shutil.copytree(export, tmp_path / "tampered")
     state = torch.load(out / "model.pt", weights_only=True)
     state[name] = change(state[name])
-    torch.save(state, out / "model.pt")
+    save_tensors(out, state)
     return out
 
 

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from gtscale.cli import main
 from gtscale.prep.sources.bundled import read_nci_tpsa
 from gtscale.prep.sources.descriptors import descriptor_names
+from export_fixtures import save_tensors
 
 pytestmark = pytest.mark.slow
 
@@ -105,7 +106,7 @@ def test_ensemble_mean_and_std_are_over_its_members(trained, tmp_path):
     state = torch.load(other / "model.pt", weights_only=True)
     last = max(k for k in state if k.startswith("head.") and k.endswith(".bias"))
     state[last] = state[last] + 0.5  # another member: every prediction moves by 0.5 × target_scale
-    torch.save(state, other / "model.pt")
+    save_tensors(other, state)
     single = []
     for i, member in enumerate([export, other]):
         assert main(["predict", str(member), "--input", str(csv), "--out", str(tmp_path / f"{i}.csv"), "--no-progress"]) == 0

@@ -139,15 +139,7 @@ def scaffold_split(smiles: list[str], seed: int = 0, fractions: tuple[float, flo
     scaffold sets larger than half the valid or test share go to train first (so that no split is
     one large set), the others in a seeded random order; train is filled, then valid, then test.
     A SMILES RDKit cannot read forms a set of its own (the sharder rejects it later)."""
-    from rdkit import Chem, RDLogger
-    from rdkit.Chem.Scaffolds import MurckoScaffold
-
-    RDLogger.DisableLog("rdApp.*")
-    groups: dict[str, list[int]] = {}
-    for row, text in enumerate(smiles):
-        mol = Chem.MolFromSmiles(text) if text and len(text) < 100_000 else None
-        key = MurckoScaffold.MurckoScaffoldSmiles(mol=mol, includeChirality=False) if mol is not None else f"<unread {row}>"
-        groups.setdefault(key, []).append(row)
+    groups = scaffold_groups(smiles)
     n_train, n_valid = int(round(fractions[0] * len(smiles))), int(round(fractions[1] * len(smiles)))
     n_test = len(smiles) - n_train - n_valid
     sets = list(groups.values())
@@ -163,6 +155,21 @@ def scaffold_split(smiles: list[str], seed: int = 0, fractions: tuple[float, flo
         else:
             splits["test"] += group
     return {name: np.array(sorted(rows), dtype=np.int64) for name, rows in splits.items()}
+
+
+def scaffold_groups(smiles: list[str]) -> dict[str, list[int]]:
+    """Bemis–Murcko scaffold (an acyclic molecule's is "") → the rows of the molecules that have it;
+    a SMILES RDKit cannot read forms a set of its own."""
+    from rdkit import Chem, RDLogger
+    from rdkit.Chem.Scaffolds import MurckoScaffold
+
+    RDLogger.DisableLog("rdApp.*")
+    groups: dict[str, list[int]] = {}
+    for row, text in enumerate(smiles):
+        mol = Chem.MolFromSmiles(text) if text and len(text) < 100_000 else None
+        key = MurckoScaffold.MurckoScaffoldSmiles(mol=mol, includeChirality=False) if mol is not None else f"<unread {row}>"
+        groups.setdefault(key, []).append(row)
+    return groups
 
 
 def package_data_folder(root: Path | None, package: str, subpath: str, missing: str) -> Path:
