@@ -46,7 +46,7 @@ def labelled_csv(folder: Path, molecules: int, columns: int, task: str, seed: in
     path = folder / "data" / f"moses-{task}-{molecules}x{columns}-seed{seed}.csv"
     if path.is_file():
         return path
-    table = read_moses()
+    table = read_moses(splits_read=("test", "test_scaffolds"))
     pool = np.concatenate([table.splits["test"], table.splits["test_scaffolds"]])
     if molecules > len(pool):
         raise UserError(f"--sizes: {molecules:,} molecules; MOSES's test splits hold {len(pool):,}")

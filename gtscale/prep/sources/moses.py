@@ -26,10 +26,11 @@ def data_folder(root: Path | None = None) -> Path:
     return package_data_folder(root, "moses", "dataset/data", 'moses: the molsets package is not installed (pip install --no-deps molsets), or pass --root FOLDER with its CSVs')
 
 
-def read_moses(root: Path | None = None) -> MoleculeTable:
+def read_moses(root: Path | None = None, splits_read: tuple[str, ...] = SPLITS) -> MoleculeTable:
+    """MOSES's molecules, of every split or of `splits_read` (idx then numbers the rows read)."""
     folder = data_folder(root)
     smiles, splits, sources = [], {}, []
-    for split in SPLITS:
+    for split in splits_read:
         path = folder / f"{split}.csv.gz"
         frame = read_csv(path)
         require_columns(frame, ["SMILES"], path)
