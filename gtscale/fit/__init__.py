@@ -53,7 +53,7 @@ from pathlib import Path
 import numpy as np
 
 from gtscale.errors import UserError
-from gtscale.fit.exports import MEAN, FittedMember, copy_export, planned_files, write_choice, write_member
+from gtscale.fit.exports import MEAN, FittedMember, claim_export_folders, copy_export, planned_files, write_choice, write_member
 from gtscale.fit.report import (FIGURES, REPORT, REPORT_FORMAT, REPORT_MD, TEST_PREDICTIONS, model_labels, report_markdown, score_tests,
                                 write_figure, write_test_predictions)
 from gtscale.fit.written import RECORD, RECORD_FORMAT, WrittenRecord, legacy_files, remove_if_unused
@@ -437,7 +437,10 @@ def fit_locked(inputs: list[Path], out: Path, written: WrittenRecord, smiles_col
     table, repeats = handle_duplicates(table, task, duplicates, split if len(inputs) == 1 else "files", seed)
     check_targets_vary(table, task)
     reports = {REPORT_MD, TEST_PREDICTIONS, FIGURES[task]}
-    written.claim(planned_files(member_folders(names, seeds), len(table.target_names)) | reports)  # refuses a user's file in the way, before the work
+    planned = planned_files(member_folders(names, seeds), len(table.target_names))
+    written.check(planned | reports)  # a user's file where fit writes one, refused before the work
+    claim_export_folders(out, planned)  # and a user's folder where fit writes an export
+    written.claim(planned | reports)
     atomic_write_text(out / REPORT, json.dumps({"format": REPORT_FORMAT, "finished": False}))  # until the report replaces it: this fit did not finish
     saved_backbone, backbone = load_backbone(init_from) if "kernel" in names else (None, None)
     features = featurize(table, backbone, progress)

@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 
 from gtscale.fit.duplicates import warnings
-from gtscale.fit.written import describe
 from gtscale.io import atomic_write_text
 
 REPORT, REPORT_MD, TEST_PREDICTIONS = "report.json", "report.md", "test-predictions.csv"
@@ -176,7 +175,7 @@ def report_markdown(report: dict) -> str:
         tie = f"; log loss {', '.join(f'{k} {v:.4f}' for k, v in sel['logloss'].items())}" if "logloss" in sel else ""
         lines += ["", f"Chosen on train + valid only ({sel['rule']}): **{sel['chosen']}** "
                   + "(" + ", ".join(f"{k} {v:.4f}" for k, v in sel["candidates"].items()) + tie + ")."]
-    if earlier := describe(report.get("earlier_fit", {})):
+    if earlier := earlier_fit_lines(report.get("earlier_fit", {})):
         lines += ["", *earlier]
     lines += ["", f"`gtscale predict {report['out']}/export --input mols.csv --out preds.csv` predicts with it"
               + ("" if len(targets) == 1 else " (a column per target)") + f"; {FIGURES[task]} plots its test predictions."]
@@ -212,3 +211,15 @@ def test_table(test: dict[str, dict[str, float]], task: str) -> list[str]:
     header, row = TABLES[task]
     labels = model_labels(task)
     return [header, *(f"| {labels.get(name, name)} | {row(m, test[BASELINE])} |" for name, m in test.items())]
+
+
+def earlier_fit_lines(outcome: dict) -> list[str]:
+    """report.md's lines on what a rerun did to an earlier fit's files (fit/written.py's Outcome.as_dict; none for a first fit)."""
+    replaced, removed, kept = outcome.get("replaced", []), outcome.get("removed", []), outcome.get("kept", {})
+    if not (replaced or removed or kept):
+        return []
+    lines = [f"This folder held an earlier fit: {len(replaced)} of its files replaced, {len(removed)} removed "
+             f"(files it wrote that this fit does not write), {len(kept)} kept (files gtscale fit did not write, or changed since)."]
+    lines += [f"- removed {path}" for path in removed]
+    lines += [f"- kept {path} ({why})" for path, why in kept.items()]
+    return lines

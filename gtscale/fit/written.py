@@ -57,15 +57,18 @@ class WrittenRecord:
         self.now: dict[str, str] = {}
         self.existed: set[str] = set()
 
-    def claim(self, paths: Iterable[str]) -> None:
-        """Refuse (one line naming the file) any of `paths` that exists and the record does not
-        name; record the rest as pending. Called before the work."""
-        paths = sorted(set(paths))
-        for path in paths:
+    def check(self, paths: Iterable[str]) -> None:
+        """Refuse (one line naming the file) any of `paths` that exists and the record does not name."""
+        for path in sorted(set(paths)):
             target = self.out / path
             if (target.exists() or target.is_symlink()) and path not in self.earlier:
                 raise UserError(f"{target}: gtscale fit would write this file, but it did not write the one there; "
                                 "move it away or choose another --out")
+
+    def claim(self, paths: Iterable[str]) -> None:
+        """check `paths`, then record them as pending. Called before the work."""
+        paths = sorted(set(paths))
+        self.check(paths)
         self.existed = {p for p in paths if (self.out / p).is_file()}
         self.pending.update(paths)
         self.save()
@@ -127,18 +130,6 @@ def read_record(out: Path) -> dict[str, str | None]:
         return {}
     return {path: digest if isinstance(digest, str) else None for path, digest in record["files"].items()
             if isinstance(path, str) and not Path(path).is_absolute() and ".." not in Path(path).parts}
-
-
-def describe(outcome: dict) -> list[str]:
-    """report.md's lines on what a rerun did to an earlier fit's files (Outcome.as_dict; none for a first fit)."""
-    replaced, removed, kept = outcome.get("replaced", []), outcome.get("removed", []), outcome.get("kept", {})
-    if not (replaced or removed or kept):
-        return []
-    lines = [f"This folder held an earlier fit: {len(replaced)} of its files replaced, {len(removed)} removed "
-             f"(files it wrote that this fit does not write), {len(kept)} kept (files gtscale fit did not write, or changed since)."]
-    lines += [f"- removed {path}" for path in removed]
-    lines += [f"- kept {path} ({why})" for path, why in kept.items()]
-    return lines
 
 
 def legacy_files(out: Path) -> list[str]:
