@@ -110,6 +110,9 @@ def test_targets_of_one_value_are_refused_before_the_work(molecules_csv, tmp_pat
     with pytest.raises(UserError, match=r"equal.csv: every train and valid row holds 5.51 in target column 'y'; fit needs targets that vary"):
         fit([tmp_path / "equal.csv"], tmp_path / "x", recipe="ecfp", progress=False)
     assert not (tmp_path / "x").exists()  # a fit refused before its work leaves no folder behind
+    frame.assign(y=1).to_csv(tmp_path / "ones.csv", index=False)
+    with pytest.raises(UserError, match=r"ones.csv: every train and valid row holds 1 in target column 'y'; fit needs both labels, 0 and 1"):
+        fit([tmp_path / "ones.csv"], tmp_path / "x", progress=False)
 
 
 def test_ctrl_c_ends_fit_with_one_line_and_130(molecules_csv, tmp_path):

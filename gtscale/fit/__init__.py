@@ -141,16 +141,16 @@ def handle_duplicates(table: MoleculeTable, task: str, duplicates: str, split: s
 
 
 def check_targets_vary(table: MoleculeTable, task: str) -> None:
-    """Before any work: a regression target that holds one value in every train and valid row has
-    nothing to fit (and its report would divide by an RMSE of 0): one line naming the column."""
-    if task != "regression":
-        return  # a classification's classes are counted by check_target
+    """Before any work: a target that holds one value in every train and valid row has nothing to
+    fit (a regression's report would divide by an RMSE of 0, a classifier has one class): one line
+    naming the column. How many of each class a classification needs, check_target counts later."""
     rows = np.concatenate([table.splits["train"], table.splits["valid"]])
     for t, name in enumerate(table.target_names):
         values = table.targets[rows, t][np.isfinite(table.targets[rows, t])]
         if len(values) and np.ptp(values) == 0:
             where = ", ".join(str(p) for p in table.source_files)
-            raise UserError(f"{where}: every train and valid row holds {values[0]:g} in target column {name!r}; fit needs targets that vary")
+            need = "targets that vary" if task == "regression" else "both labels, 0 and 1"
+            raise UserError(f"{where}: every train and valid row holds {values[0]:g} in target column {name!r}; fit needs {need}")
 
 
 def scaffold_words(smiles: list[str]) -> str:
