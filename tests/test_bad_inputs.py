@@ -576,6 +576,15 @@ def stub_with_users_file(tmp: Path) -> Path:
     return tmp / "out"
 
 
+def users_files_where_a_member_goes(tmp: Path) -> Path:
+    """A fit folder (recipe ecfp, fitted here) with a user's folder named for the kernel member."""
+    argv, _ = fit_on()(tmp, None)
+    assert main(argv) == 0
+    (tmp / "out" / "members" / "kernel").mkdir()
+    (tmp / "out" / "members" / "kernel" / "notes.txt").write_text("mine")
+    return tmp / "out"
+
+
 def predict_into_read_only(tmp: Path, inputs: Inputs):
     (tmp / "mols.csv").write_text("smiles\nCCO\n")
     out = tmpfs(tmp, "1m", read_only=True) / "out.csv"
@@ -622,6 +631,8 @@ CASES = [
     Case("predict-out-read-only", predict_into_read_only, "mnt is on a read-only file system; choose a writable place"),
     # gtscale fit
     Case("fit-users-file-where-fit-writes", fit_on(out=stub_with_users_file), "members/ecfp/model.yaml: gtscale fit would write this file"),
+    Case("fit-users-folder-where-a-member-goes", fit_on(None, "--recipe", "kernel", out=users_files_where_a_member_goes),
+         "members/kernel: fit writes an export here, but it holds files gtscale did not write (notes.txt)"),
     Case("fit-out-in-use", fit_on(out=run_dir_in_use), "another gtscale fit is using it (pid"),
     Case("fit-out-read-only", fit_on(out=lambda tmp: tmpfs(tmp, "1m", read_only=True) / "out"), "read-only file system; choose a writable --out"),
     Case("fit-test-file-is-the-train-file", fit_on(inputs_of=three_files(lambda f: f.iloc[:100])), "every one of the 100 test molecules is also in the train split"),

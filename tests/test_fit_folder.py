@@ -51,6 +51,10 @@ def test_a_rerun_with_another_recipe_removes_only_what_fit_wrote(molecules_csv, 
     assert "members/kernel/model.pt" in removed and kept["members/kernel/my-notes.txt"] == "not written by gtscale fit"
     assert "- removed members/kernel/model.pt" in (out / "report.md").read_text()
     assert set(json.loads((out / RECORD).read_text())["files"]) >= {"members/ecfp/model.pt", "report.md", "export/ensemble.json"}
+    # back to the kernel recipe: members/kernel now holds the user's notes alone, no export to write beside
+    with pytest.raises(UserError, match=r"/kernel: fit writes an export here, but it holds files gtscale did not write \(my-notes.txt\)"):
+        fit([molecules_csv], out, recipe="kernel", progress=False)
+    assert {path: path.read_text() for path in notes} == notes
 
 
 def test_a_file_fit_wrote_and_a_user_changed_is_kept(molecules_csv, tmp_path):
@@ -106,6 +110,9 @@ def test_targets_of_one_value_are_refused_before_the_work(molecules_csv, tmp_pat
     with pytest.raises(UserError, match=r"equal.csv: every train and valid row holds 5.51 in target column 'y'; fit needs targets that vary"):
         fit([tmp_path / "equal.csv"], tmp_path / "x", recipe="ecfp", progress=False)
     assert not (tmp_path / "x").exists()  # a fit refused before its work leaves no folder behind
+    frame.assign(y=1).to_csv(tmp_path / "ones.csv", index=False)
+    with pytest.raises(UserError, match=r"ones.csv: every train and valid row holds 1 in target column 'y'; fit needs both labels, 0 and 1"):
+        fit([tmp_path / "ones.csv"], tmp_path / "x", progress=False)
 
 
 def test_ctrl_c_ends_fit_with_one_line_and_130(molecules_csv, tmp_path):

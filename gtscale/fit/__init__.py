@@ -53,7 +53,7 @@ from pathlib import Path
 import numpy as np
 
 from gtscale.errors import UserError
-from gtscale.fit.exports import MEAN, FittedMember, copy_export, planned_files, write_choice, write_member
+from gtscale.fit.exports import MEAN, FittedMember, claim_export_folders, copy_export, planned_files, write_choice, write_member
 from gtscale.fit.plan import ALL_TARGET_MEMBERS, DEFAULT_BUDGET, Plan, plan
 from gtscale.fit.scalable import forest_baseline, landmark_member
 from gtscale.fit.report import (FIGURES, REPORT, REPORT_FORMAT, REPORT_MD, TEST_PREDICTIONS, model_labels, report_markdown, score_tests,
@@ -145,16 +145,16 @@ def handle_duplicates(table: MoleculeTable, task: str, duplicates: str, split: s
 
 
 def check_targets_vary(table: MoleculeTable, task: str) -> None:
-    """Before any work: a regression target that holds one value in every train and valid row has
-    nothing to fit (and its report would divide by an RMSE of 0): one line naming the column."""
-    if task != "regression":
-        return  # a classification's classes are counted by check_target
+    """Before any work: a target that holds one value in every train and valid row has nothing to
+    fit (a regression's report would divide by an RMSE of 0, a classifier has one class): one line
+    naming the column. How many of each class a classification needs, check_target counts later."""
     rows = np.concatenate([table.splits["train"], table.splits["valid"]])
     for t, name in enumerate(table.target_names):
         values = table.targets[rows, t][np.isfinite(table.targets[rows, t])]
         if len(values) and np.ptp(values) == 0:
             where = ", ".join(str(p) for p in table.source_files)
-            raise UserError(f"{where}: every train and valid row holds {values[0]:g} in target column {name!r}; fit needs targets that vary")
+            need = "targets that vary" if task == "regression" else "both labels, 0 and 1"
+            raise UserError(f"{where}: every train and valid row holds {values[0]:g} in target column {name!r}; fit needs {need}")
 
 
 def scaffold_words(smiles: list[str]) -> str:
@@ -453,7 +453,10 @@ def fit_locked(inputs: list[Path], out: Path, written: WrittenRecord, smiles_col
     if progress:
         print("\n".join(f"plan: {note}" for note in chosen_plan.notes))
     reports = {REPORT_MD, TEST_PREDICTIONS, FIGURES[task]}
-    written.claim(planned_files(member_folders(names, seeds), len(table.target_names)) | reports)  # refuses a user's file in the way, before the work
+    planned = planned_files(member_folders(names, seeds), len(table.target_names))
+    written.check(planned | reports)  # a user's file where fit writes one, refused before the work
+    claim_export_folders(out, planned)  # and a user's folder where fit writes an export
+    written.claim(planned | reports)
     atomic_write_text(out / REPORT, json.dumps({"format": REPORT_FORMAT, "finished": False}))  # until the report replaces it: this fit did not finish
     saved_backbone, backbone = load_backbone(init_from) if {"kernel", "landmark"} & set(names) else (None, None)
     features = featurize(table, backbone, progress)

@@ -26,6 +26,7 @@ from typing import Callable
 
 import numpy as np
 
+from gtscale.errors import UserError
 from gtscale.io import atomic_write_text
 
 MEAN = "mean"  # the candidate that averages every member
@@ -129,6 +130,24 @@ def planned_files(members: dict[str, tuple[list[str], bool]], targets: int) -> s
         else:
             files |= {f"export/{part}/{name}" for part in parts for name in FILES}
     return files
+
+
+def claim_export_folders(out: Path, planned: set[str]) -> None:
+    """Before the work: each export folder fit may write (a folder of `planned`'s export files) that
+    exists is one gtscale wrote or holds nothing, as every export writer requires (a user's files
+    left alone in it are refused now, not after the work)."""
+    from gtscale.models.export import FILES, claim_export_dir
+
+    folders = {(out / path).parent for path in planned if Path(path).name in FILES}
+    for folder in sorted(folders):
+        if not folder.is_dir():
+            continue
+        try:
+            claim_export_dir(folder)
+        except UserError:
+            found = ", ".join(sorted(p.name for p in folder.iterdir())[:3])
+            raise UserError(f"{folder}: fit writes an export here, but it holds files gtscale did not write ({found}) and no export; "
+                            "move them away or choose another --out") from None
 
 
 def copy_export(source: Path, folder: Path) -> Path:

@@ -181,7 +181,7 @@ def report_markdown(report: dict) -> str:
         tie = f"; log loss {', '.join(f'{k} {v:.4f}' for k, v in sel['logloss'].items())}" if "logloss" in sel else ""
         lines += ["", f"Chosen on train + valid only ({sel['rule']}): **{sel['chosen']}** "
                   + "(" + ", ".join(f"{k} {v:.4f}" for k, v in sel["candidates"].items()) + tie + ")."]
-    if earlier := describe_earlier_fit(report.get("earlier_fit", {})):
+    if earlier := earlier_fit_lines(report.get("earlier_fit", {})):
         lines += ["", *earlier]
     lines += ["", f"`gtscale predict {report['out']}/export --input mols.csv --out preds.csv` predicts with it"
               + ("" if len(targets) == 1 else " (a column per target)") + f"; {FIGURES[task]} plots its test predictions."]
@@ -233,8 +233,8 @@ def members_table(report: dict) -> str:
     return "\n".join(lines)
 
 
-def describe_earlier_fit(outcome: dict) -> list[str]:
-    """report.md's lines on what a rerun did to an earlier fit's files (Outcome.as_dict; none for a first fit)."""
+def earlier_fit_lines(outcome: dict) -> list[str]:
+    """report.md's lines on what a rerun did to an earlier fit's files (fit/written.py's Outcome.as_dict; none for a first fit)."""
     replaced, removed, kept = outcome.get("replaced", []), outcome.get("removed", []), outcome.get("kept", {})
     if not (replaced or removed or kept):
         return []

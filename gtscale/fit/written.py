@@ -57,15 +57,18 @@ class WrittenRecord:
         self.now: dict[str, str] = {}
         self.existed: set[str] = set()
 
-    def claim(self, paths: Iterable[str]) -> None:
-        """Refuse (one line naming the file) any of `paths` that exists and the record does not
-        name; record the rest as pending. Called before the work."""
-        paths = sorted(set(paths))
-        for path in paths:
+    def check(self, paths: Iterable[str]) -> None:
+        """Refuse (one line naming the file) any of `paths` that exists and the record does not name."""
+        for path in sorted(set(paths)):
             target = self.out / path
             if (target.exists() or target.is_symlink()) and path not in self.earlier:
                 raise UserError(f"{target}: gtscale fit would write this file, but it did not write the one there; "
                                 "move it away or choose another --out")
+
+    def claim(self, paths: Iterable[str]) -> None:
+        """check `paths`, then record them as pending. Called before the work."""
+        paths = sorted(set(paths))
+        self.check(paths)
         self.existed = {p for p in paths if (self.out / p).is_file()}
         self.pending.update(paths)
         self.save()
