@@ -7,7 +7,7 @@ that are not among the backbone's pretraining targets (LABELS), as regression co
 classification each thresholded at its POSITIVE_QUANTILE (a minority of positives); a share of the
 cells (MISSING) is blanked, as assays leave molecules unmeasured. Each size is written once as
 DIR/data/<name>.csv and fitted by `gtscale fit` in a process of its own (split random, the given
-recipe and budget): its wall time, CPU time and peak memory (ru_maxrss of the process tree's
+recipe, budget and split: random by default): its wall time, CPU time and peak memory (ru_maxrss of the process tree's
 largest), and from its report the members it ran, their CPU time and each model's test metric
 (the mean over the columns) beside the baseline. A size already fitted (its report.json finished)
 is read back, so an interrupted table continues where it stopped.
@@ -64,13 +64,13 @@ def labelled_csv(folder: Path, molecules: int, columns: int, task: str, seed: in
     return path
 
 
-def fit_once(csv: Path, out: Path, columns: int, recipe: str, budget: float, seed: int) -> dict:
+def fit_once(csv: Path, out: Path, columns: int, recipe: str, budget: float, seed: int, split: str = "random") -> dict:
     """One `gtscale fit` process: its measured resources and its report (read back when already finished)."""
     report_file, measured_file = out / "report.json", out / "measured.json"
     if measured_file.is_file() and report_file.is_file() and json.loads(report_file.read_text()).get("seconds") is not None:
         return json.loads(measured_file.read_text()) | {"report": json.loads(report_file.read_text())}
     command = [sys.executable, "-m", "gtscale.cli", "fit", str(csv), "--target-columns", *LABELS[:columns], "--out", str(out),
-               "--recipe", recipe, "--budget", str(budget), "--seed", str(seed), "--no-progress"]
+               "--recipe", recipe, "--budget", str(budget), "--seed", str(seed), "--split", split, "--no-progress"]
     began, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     finished = subprocess.run(command, stdout=subprocess.DEVNULL)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -112,7 +112,7 @@ def markdown(rows: list[dict], task: str) -> str:
 
 
 def bench_fit(out: Path, sizes: list[int], columns: list[int], task: str = "regression", recipe: str = "auto", budget: float = 40.0,
-              seed: int = 0, workers: int = 1, json_path: str | None = None) -> int:
+              seed: int = 0, workers: int = 1, json_path: str | None = None, split: str = "random") -> int:
     """Every size × column count in turn (module docstring); prints the table, writes DIR/fit-scaling.{md,json}."""
     if task not in METRIC:
         raise UserError(f"--task: {task!r} is not one of {', '.join(METRIC)}")
@@ -121,7 +121,8 @@ def bench_fit(out: Path, sizes: list[int], columns: list[int], task: str = "regr
         for t in columns:
             csv = labelled_csv(out, n, t, task, seed, workers)
             print(f"bench fit: {n:,} molecules × {t} column(s), recipe {recipe}", file=sys.stderr, flush=True)
-            result = fit_once(csv, out / "runs" / f"{task}-{n}x{t}-{recipe}", t, recipe, budget, seed)
+            name = f"{task}-{n}x{t}-{recipe}" + ("" if split == "random" else f"-{split}")
+            result = fit_once(csv, out / "runs" / name, t, recipe, budget, seed, split)
             rows.append(row(n, t, result, task))
             atomic_write_text(out / "fit-scaling.json", json.dumps({"task": task, "recipe": recipe, "budget": budget, "rows": rows}, indent=1))
             atomic_write_text(out / "fit-scaling.md", markdown(rows, task))
