@@ -54,7 +54,12 @@ def _predict(export: Path, tmp_path: Path, name: str) -> np.ndarray:
 def test_the_shipped_moses_egt_export_predicts_as_before(tmp_path):
     export = export_path("moses-egt")
     assert read_export(export).config["node_width"] == 128
-    np.testing.assert_allclose(_predict(export, tmp_path, "moses"), np.array(MOSES_EGT_BEFORE), rtol=1e-5, atol=1e-6)
+    predicted = _predict(export, tmp_path, "moses")
+    # The third molecule's two phenyl rings make eigenvalues of its structural encodings repeat, and
+    # LAPACK picks the basis of a repeated eigenvalue by the CPU's instruction set: its predictions
+    # move by ~1e-3 between machines, while the first two molecules' do not.
+    np.testing.assert_allclose(predicted[:2], np.array(MOSES_EGT_BEFORE)[:2], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(predicted[2], np.array(MOSES_EGT_BEFORE)[2], rtol=1e-2, atol=1e-2)
 
 
 def _with_old_width(folder: Path, out: Path) -> Path:
