@@ -104,8 +104,10 @@ def test_options_that_would_be_ignored_or_misread_are_one_line(frame, tmp_path):
     frame.to_csv(tmp_path / "mols.csv", index=False)
     with pytest.raises(UserError, match=r"--split column:: name the column after column:"):
         fit([tmp_path / "mols.csv"], tmp_path / "x", split="column:", recipe="ecfp", progress=False)
-    with pytest.raises(UserError, match=r"--seeds: recipe ecfp does not use it \(only the recipes finetune and all do\)"):
+    with pytest.raises(UserError, match=r"--seeds: recipe ecfp does not use it \(only the recipes finetune, large and all do\)"):
         fit([tmp_path / "mols.csv"], tmp_path / "x", seeds=(0, 1), recipe="ecfp", progress=False)
+    with pytest.raises(UserError, match=r"--seeds: the members recipe auto plans for this set \(ecfp \+ kernel\) do not use it"):
+        fit([tmp_path / "mols.csv"], tmp_path / "x", seeds=(0, 1), progress=False)  # a small set: the exact members, no network
     with pytest.raises(UserError, match=r"--init-from: recipe ecfp does not use it"):
         fit([tmp_path / "mols.csv"], tmp_path / "x", init_from="moses-egt", recipe="ecfp", progress=False)
     acyclic = pd.DataFrame({"smiles": [f"{'C' * k}O" for k in range(1, 31)] + [f"{'C' * k}N" for k in range(1, 31)], "y": np.arange(60.0)})

@@ -45,7 +45,6 @@ counted in the report.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -53,6 +52,8 @@ from pathlib import Path
 import numpy as np
 
 from gtscale.errors import UserError
+from gtscale.fit.checks import check_targets_vary, refuse_infinite_targets, refuse_unused_options, scaffold_words
+from gtscale.fit.duplicates import handle_duplicates
 from gtscale.fit.exports import MEAN, FittedMember, claim_export_folders, copy_export, planned_files, write_choice, write_member
 from gtscale.fit.plan import ALL_TARGET_MEMBERS, DEFAULT_BUDGET, Plan, plan
 from gtscale.fit.scalable import forest_baseline, landmark_member
@@ -123,58 +124,6 @@ def read_fit_table(inputs: list[Path], smiles_column: str, target_columns: list[
         raise UserError(f"{inputs[0]}: --split {split} gives splits {', '.join(sorted(table.splits))}; fit needs train, valid and test"
                         + (f" (no {', '.join(missing)} rows)" if missing else f" (unknown {', '.join(other)})"))
     return table
-
-
-def handle_duplicates(table: MoleculeTable, task: str, duplicates: str, split: str, seed: int) -> tuple[MoleculeTable, dict]:
-    """(the table, with one row per molecule when `duplicates` is aggregate, split again as `split`
-    says when fit made the split; the count of molecules repeated across and within the splits:
-    fit/duplicates.py), each warning printed; a test split of train's molecules is refused."""
-    from gtscale.fit.duplicates import aggregate, count_duplicates, molecule_keys, refuse_test_of_train, warnings
-    from gtscale.prep.sources.base import seeded_split
-
-    keys, merged = molecule_keys(table.smiles), 0
-    if duplicates == "aggregate":
-        table, keys, merged = aggregate(table, keys, task)
-        if split in ("random", "scaffold"):  # the split is of molecules, not of rows
-            table.splits = seeded_split(len(table.smiles), seed) if split == "random" else scaffold_split(table.smiles, seed)
-    counts = count_duplicates(table, keys)
-    refuse_test_of_train(table, counts)
-    for line in warnings(counts, aggregated=merged > 0):
-        print(f"warning: {line}", file=sys.stderr)
-    return table, {**counts, "handling": duplicates, "rows_merged": merged}
-
-
-def check_targets_vary(table: MoleculeTable, task: str) -> None:
-    """Before any work: a target that holds one value in every train and valid row has nothing to
-    fit (a regression's report would divide by an RMSE of 0, a classifier has one class): one line
-    naming the column. How many of each class a classification needs, check_target counts later."""
-    rows = np.concatenate([table.splits["train"], table.splits["valid"]])
-    for t, name in enumerate(table.target_names):
-        values = table.targets[rows, t][np.isfinite(table.targets[rows, t])]
-        if len(values) and np.ptp(values) == 0:
-            where = ", ".join(str(p) for p in table.source_files)
-            need = "targets that vary" if task == "regression" else "both labels, 0 and 1"
-            raise UserError(f"{where}: every train and valid row holds {values[0]:g} in target column {name!r}; fit needs {need}")
-
-
-def scaffold_words(smiles: list[str]) -> str:
-    """How the molecules' Bemis–Murcko scaffolds are shared, in words (why a scaffold split fails)."""
-    from gtscale.prep.sources.base import scaffold_groups
-
-    groups = scaffold_groups(smiles)
-    key, rows = max(groups.items(), key=lambda kv: len(kv[1]))
-    name = "none (acyclic)" if key == "" else key
-    return f"the {len(smiles)} molecules have {len(groups)} scaffold(s), the largest ({name}) shared by {len(rows)}"
-
-
-def refuse_infinite_targets(table: MoleculeTable) -> None:
-    """One line naming the first row of the file `table` was read from whose target is infinite
-    (inf, or a number beyond float32's range): a blank cell is no value, an infinite one no measurement."""
-    rows, columns = np.nonzero(np.isinf(table.targets))
-    if len(rows):
-        row, t = rows[0], columns[0]
-        raise UserError(f"{table.source_files[0]}: data row {row + 1}: target column {table.target_names[t]!r} holds {table.targets[row, t]:g} "
-                        f"({len(rows)} such cell(s)); a target is a finite number, or a blank cell for no value")
 
 
 def fit_task(table: MoleculeTable, task: str) -> str:
@@ -416,8 +365,9 @@ def fit(inputs: list[Path], out: Path, smiles_column: str = "smiles", target_col
         raise UserError(f"--task: {task!r} is not one of auto, {', '.join(TASKS)}")
     if duplicates not in DUPLICATES:
         raise UserError(f"--duplicates: {duplicates!r} is not one of {', '.join(DUPLICATES)}")
-    refuse_unused_options(recipe, init_from, seeds, finetune_overrides)
-    asked = (init_from, seeds)  # as given: recipe auto checks them against its plan
+    if recipe != "auto":  # auto's members are known once the set is read: fit_locked checks them against its plan
+        refuse_unused_options(recipe, RECIPES[recipe], init_from, seeds, finetune_overrides)
+    asked = (init_from, seeds)  # as given
     init_from, seeds = init_from or DEFAULT_BACKBONE, tuple(seeds or DEFAULT_SEEDS)
     out = claim_out_dir(out, MARKERS, inputs=inputs, own={run_lock.LOCK_FILE: run_lock.is_lock_file})
     new = not out.exists()
@@ -449,7 +399,7 @@ def fit_locked(inputs: list[Path], out: Path, written: WrittenRecord, smiles_col
     chosen_plan = plan_members(table, recipe, budget)
     names, seeds = chosen_plan.members, seeds[:chosen_plan.finetune_seeds]
     if recipe == "auto":
-        refuse_unused_options(recipe, *asked, finetune_overrides, planned=names)
+        refuse_unused_options(recipe, names, *asked, finetune_overrides)
     if progress:
         print("\n".join(f"plan: {note}" for note in chosen_plan.notes))
     reports = {REPORT_MD, TEST_PREDICTIONS, FIGURES[task]}
@@ -508,24 +458,6 @@ def fit_locked(inputs: list[Path], out: Path, written: WrittenRecord, smiles_col
     written.wrote(reports)
     atomic_write_text(out / REPORT, json.dumps(report, indent=1))
     return report
-
-
-def refuse_unused_options(recipe: str, init_from: str | None, seeds: tuple[int, ...] | None, finetune_overrides: tuple[str, ...],
-                          planned: tuple[str, ...] | None = None) -> None:
-    """An option given for a member the recipe does not fit would be ignored without a word: one line
-    instead. `planned`: the members recipe auto planned for this set (before the plan, auto may use any)."""
-    if recipe == "auto" and planned is None:
-        return
-    names = RECIPES[recipe] if planned is None else planned
-    unused = ([] if "finetune" in names else [o for o, given in (("--seeds", seeds), ("--finetune-overrides", finetune_overrides)) if given])
-    unused += [] if {"kernel", "landmark", "finetune"} & set(names) or init_from is None else ["--init-from"]
-    if not unused:
-        return
-    if planned is not None:
-        raise UserError(f"{unused[0]}: the members recipe auto plans for this set ({' + '.join(planned)}) do not use it; leave it out, "
-                        "raise --budget, or choose a --recipe")
-    readers = {"--seeds": "finetune, large and all", "--finetune-overrides": "finetune, large and all", "--init-from": "kernel, landmark, finetune, large and all"}
-    raise UserError(f"{unused[0]}: recipe {recipe} does not use it (only the recipes {readers[unused[0]]} do); leave it out or choose another --recipe")
 
 
 def member_folders(names: tuple[str, ...], seeds: tuple[int, ...]) -> dict[str, tuple[list[str], bool]]:

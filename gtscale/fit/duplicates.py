@@ -13,12 +13,30 @@ train, valid, test that holds it.
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from gtscale.errors import UserError
-from gtscale.prep.sources.base import MoleculeTable
+from gtscale.prep.sources.base import MoleculeTable, scaffold_split, seeded_split
 
 SPLIT_ORDER = ("train", "valid", "test")
+
+
+def handle_duplicates(table: MoleculeTable, task: str, duplicates: str, split: str, seed: int) -> tuple[MoleculeTable, dict]:
+    """(the table, with one row per molecule when `duplicates` is aggregate, split again as `split`
+    says when fit made the split; the count of molecules repeated across and within the splits),
+    each warning printed; a test split of train's molecules is refused (module docstring)."""
+    keys, merged = molecule_keys(table.smiles), 0
+    if duplicates == "aggregate":
+        table, keys, merged = aggregate(table, keys, task)
+        if split in ("random", "scaffold"):  # the split is of molecules, not of rows
+            table.splits = seeded_split(len(table.smiles), seed) if split == "random" else scaffold_split(table.smiles, seed)
+    counts = count_duplicates(table, keys)
+    refuse_test_of_train(table, counts)
+    for line in warnings(counts, aggregated=merged > 0):
+        print(f"warning: {line}", file=sys.stderr)
+    return table, {**counts, "handling": duplicates, "rows_merged": merged}
 
 
 def molecule_keys(smiles: list[str]) -> list[str | None]:
