@@ -171,12 +171,22 @@ def shard_batches(export: LoadedExport, manifest: dict, split: str, batch_size: 
 PAIRS_PER_MOLECULE = 64 * 64
 
 
+#: Batches whose molecules are sorted by size together: a batch pads every molecule to its largest,
+#: so molecules in input order pay for their neighbours' size, while sorted within a window of this
+#: many batches they pad to molecules of like size. Every consumer places outputs by idx.
+SORT_WINDOW = 64
+
+
 def padded_batches(records: list[Record], batch_size: int) -> list[list[int]]:
-    """Positions of `records` in batches, in order: at most `batch_size` molecules and
-    batch_size × PAIRS_PER_MOLECULE padded node pairs each (the loader's Batcher)."""
+    """Positions of `records` in batches: at most `batch_size` molecules and batch_size ×
+    PAIRS_PER_MOLECULE padded node pairs each (the loader's Batcher), the molecules of each window
+    of SORT_WINDOW batches taken in order of size (ties in input order)."""
     out = []
-    for start in range(0, len(records), batch_size):
-        chunk = range(start, min(start + batch_size, len(records)))
+    window = batch_size * SORT_WINDOW
+    order = [i for w in range(0, len(records), window)
+             for i in sorted(range(w, min(w + window, len(records))), key=lambda i: records[i].num_nodes)]
+    for start in range(0, len(order), batch_size):
+        chunk = order[start:start + batch_size]
         largest = max(records[i].num_nodes for i in chunk)
         # The node budget never binds (a chunk holds batch_size molecules of at most `largest`); the pairs do.
         batcher = Batcher(node_budget=batch_size * largest, pair_budget=batch_size * PAIRS_PER_MOLECULE)
@@ -198,6 +208,7 @@ def molecule_records(smiles: list[str], options: ShardOptions) -> tuple[list[Rec
 
 
 def molecule_batches(records: list[Record], keys: list[str], path_dist: int, batch_size: int) -> Iterator[Batch]:
-    """The loader's collated batches of `records` (padded_batches' budget), in order."""
+    """The loader's collated batches of `records` (padded_batches': by size within a window; each
+    batch's idx says whose outputs are whose)."""
     for members in padded_batches(records, batch_size):
         yield collate([records[i] for i in members], keys, path_dist)
