@@ -37,7 +37,7 @@ from tqdm import tqdm
 
 from gtscale.errors import UserError
 from gtscale.members.ensemble import ensemble, ensemble_weights
-from gtscale.inference import LoadedExport, Molecules, shard_batches
+from gtscale.inference import SORT_WINDOW, LoadedExport, Molecules, shard_batches
 from gtscale.io import atomic_write_text, check_can_write, claim_out_file, disk_full_is_user_error, read_first_line
 from gtscale.members.load import Member, check_same_task, load_members, with_max_nodes
 from gtscale.prep.sources.base import read_csv, require_columns, text_column
@@ -103,9 +103,10 @@ def predict_table(predictor: Predictor, frame: pd.DataFrame, smiles_column: str,
         raise UserError(f"--input has a column {taken[0]!r}, which predict writes; rename it")
     smiles = text_column(frame[smiles_column])
     parts, reasons = [], []
+    chunk = batch_size * SORT_WINDOW  # the molecules batched together, by size (inference.padded_batches)
     with tqdm(total=len(smiles), unit="mol", desc="predict", disable=not progress) as bar:
-        for start in range(0, len(smiles), batch_size):
-            values, why = predictor.smiles(smiles[start : start + batch_size], batch_size)
+        for start in range(0, len(smiles), chunk):
+            values, why = predictor.smiles(smiles[start : start + chunk], batch_size)
             parts.append(values)
             reasons += why
             bar.update(len(why))

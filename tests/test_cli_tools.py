@@ -106,3 +106,16 @@ def test_plot_leaves_memory_bytes_off_the_metric_axis(tmp_path):
     assert evaluation.get_ylim()[1] < 20  # the MAE scale, not millions of bytes
     assert main(["plot", str(tmp_path)]) == 0 and (tmp_path / "curves.png").is_file()
     assert [p.name for p in tmp_path.iterdir() if p.suffix == ".tmp"] == []
+
+
+def test_a_missing_export_or_input_is_refused_before_torch_is_imported(tmp_path):
+    """predict's path errors come from the command line's own checks, before its imports (torch)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "in.csv").write_text("smiles\nCCO\n")
+    probe = ("import sys; from gtscale.cli import main; code = main(sys.argv[1:]); print(code, 'torch' in sys.modules)")
+    for export, source in ((tmp_path / "missing", tmp_path / "in.csv"), (tmp_path, tmp_path / "missing.csv")):
+        done = subprocess.run([sys.executable, "-c", probe, "predict", str(export), "--input", str(source), "--out", str(tmp_path / "o.csv")],
+                              capture_output=True, text=True)
+        assert done.stdout.split() == ["2", "False"] and ("no such export folder" in done.stderr or "source file not found" in done.stderr)

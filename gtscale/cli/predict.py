@@ -4,8 +4,9 @@ mean and std) for a CSV of SMILES or a shard folder (predict.py)."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from gtscale.predict import predict
+from gtscale.errors import UserError
 from gtscale.prep.molecule_limits import DEFAULT_MAX_ATOMS
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,7 +27,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+def check_paths(exports: list[str], source: str) -> None:
+    """A missing export or input is one line before predict's imports (torch: most of a second)."""
+    for export in exports:
+        if not Path(export).exists():
+            raise UserError(f"{export}: no such export folder (write it with `gtscale export` or `gtscale import-checkpoint`)")
+    if not Path(source).exists():
+        raise UserError(f"{source}: source file not found")
+
+
 def run(args: argparse.Namespace) -> int:
+    check_paths(args.exports, args.input)
+    from gtscale.predict import predict
+
     out, table = predict(args.exports, args.input, args.out, smiles_column=args.smiles_column, splits=args.splits,
                          overwrite=args.overwrite, max_nodes=args.max_nodes, batch_size=args.batch_size, weights=args.weights,
                          progress=not args.no_progress)
