@@ -18,14 +18,14 @@ from gtscale.inference import LoadedExport
 
 def representation_model(value: str) -> LoadedExport:
     """The model whose representation is written for the export `value` names (module docstring)."""
-    from gtscale.members.load import FingerprintMember, KernelMember, LandmarkMember, load_members
+    from gtscale.members.load import FingerprintMember, KernelMember, load_members
     from gtscale.models.pretrained import export_path
     from gtscale.predict import not_a_fit_folder
 
     path = not_a_fit_folder(export_path(value))
     members, _ = load_members(path)
     found = [member for top in members for member in leaves(top)]
-    models = [m.backbone if isinstance(m, (KernelMember, LandmarkMember)) else m for m in found if not isinstance(m, FingerprintMember)]
+    models = [m.backbone if isinstance(m, KernelMember) else m for m in found if not isinstance(m, FingerprintMember)]
     if not models:
         if len(found) == 1:
             raise UserError(f"{found[0].path}: an ECFP + SVR (SVC) export has no graph representation; name a model export "

@@ -17,7 +17,7 @@ from gtscale.members.fingerprints import ecfp
 from gtscale.members.kernel_svr import combined
 from gtscale.inference import Molecules
 from gtscale.members.landmark import Choice, LandmarkKernel, fit_landmark, read_landmark_export, write_landmark_export
-from gtscale.members.load import LandmarkMember, load_members
+from gtscale.members.load import KernelMember, load_members
 from gtscale.models.export import MODEL_FILE, read_export
 from gtscale.prep.sources.bundled import read_nci_tpsa
 
@@ -109,7 +109,7 @@ def test_its_export_predicts_through_predicts_members_what_the_model_predicts(mo
     record = {"dataset": "nci", "task": {"type": "graph_regression", "num_targets": 2, "target_names": ["a", "b"]}}
     folder = write_landmark_export(tmp_path / "landmark", model, backbone, record)
     (member,), _ = load_members(folder)
-    assert isinstance(member, LandmarkMember) and member.target_names == ["a", "b"]
+    assert isinstance(member, KernelMember) and member.target_names == ["a", "b"]
     outputs, reasons = member.predict(Molecules(smiles[200:]), 64)
     expected = model.predict(counts[200:], z[200:])
     if classifier:

@@ -58,38 +58,18 @@ class FingerprintMember:
 
 @dataclass
 class KernelMember:
-    """A kernel SVR (SVC) export (kernel_svr.py): the SVR and the backbone whose graph
-    representation it reads."""
+    """A kernel model export and the backbone whose graph representation its kernel reads: a kernel
+    SVR (SVC) of one target (kernel_svr.py), or a landmark kernel model of every target (landmark.py)."""
 
     path: Path
-    svr: KernelSVR
+    model: KernelSVR | LandmarkModel
     backbone: LoadedExport
     task: TaskConfig
     target_names: list[str]
 
     def predict(self, molecules: Molecules, batch_size: int) -> tuple[np.ndarray, list[str]]:
         counts, z, reasons = kernel_inputs(molecules, self.backbone, batch_size)
-        return svr_outputs(self.task, reasons, lambda kept: self.svr.predict(counts[kept], z[kept])), reasons
-
-
-@dataclass
-class LandmarkMember:
-    """A landmark kernel export (landmark.py): one model of every target column, and the backbone
-    whose graph representation its kernel reads."""
-
-    path: Path
-    model: LandmarkModel
-    backbone: LoadedExport
-    task: TaskConfig
-    target_names: list[str]
-
-    def predict(self, molecules: Molecules, batch_size: int) -> tuple[np.ndarray, list[str]]:
-        counts, z, reasons = kernel_inputs(molecules, self.backbone, batch_size)
-        kept = np.array([not why for why in reasons], bool)
-        out = np.full((len(reasons), len(self.target_names)), np.nan, np.float32)
-        if kept.any():
-            out[kept] = outputs(self.model.predict(counts[kept], z[kept]), self.task.loss)
-        return out, reasons
+        return svr_outputs(self.task, reasons, lambda kept: self.model.predict(counts[kept], z[kept]), len(self.target_names)), reasons
 
 
 def kernel_inputs(molecules: Molecules, backbone: LoadedExport, batch_size: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
@@ -135,12 +115,13 @@ class TargetsMember:
         return out, reasons
 
 
-def svr_outputs(task: TaskConfig, reasons: list[str], predict) -> np.ndarray:
-    """float32 [n, 1] outputs of an SVR for the molecules without a reason (`predict(kept)`), NaN elsewhere."""
+def svr_outputs(task: TaskConfig, reasons: list[str], predict, targets: int = 1) -> np.ndarray:
+    """float32 [n, targets] outputs of a kernel model for the molecules without a reason
+    (`predict(kept)`: [kept] for one target, else [kept, targets]), NaN elsewhere."""
     kept = np.array([not why for why in reasons], bool)
-    out = np.full((len(reasons), 1), np.nan, np.float32)
+    out = np.full((len(reasons), targets), np.nan, np.float32)
     if kept.any():
-        out[kept, 0] = outputs(predict(kept), task.loss)
+        out[kept] = outputs(predict(kept), task.loss).reshape(-1, targets)
     return out
 
 
@@ -174,7 +155,7 @@ def load_member(path: Path) -> Member:
         model, backbone_state = read_landmark_export(model_cfg, export.state, str(folder / MODEL_FILE))
         check_record(meta.get("backbone", {}), folder)
         backbone = load_model_export(folder, model_cfg["backbone"], backbone_state, meta["backbone"])
-        return LandmarkMember(folder, model, backbone, task, names or [f"y{t}" for t in range(model.coef.shape[1])])
+        return KernelMember(folder, model, backbone, task, names or [f"y{t}" for t in range(model.coef.shape[1])])
     return load_model_export(folder, model_cfg, export.state, meta)
 
 
@@ -250,7 +231,7 @@ def read_record(record_file: Path, expected_format: str, lists: tuple[str, str],
 
 def with_max_nodes(member: Member, max_nodes: int) -> Member:
     """The member reading molecules of at most `max_nodes` atoms (--max-nodes)."""
-    if isinstance(member, (KernelMember, LandmarkMember)):
+    if isinstance(member, KernelMember):
         return replace(member, backbone=with_max_nodes(member.backbone, max_nodes))
     if isinstance(member, TargetsMember):
         return replace(member, parts=[([with_max_nodes(m, max_nodes) for m in members], weights) for members, weights in member.parts])
