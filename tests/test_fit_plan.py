@@ -8,7 +8,7 @@ import pytest
 
 from gtscale.errors import UserError
 from gtscale.fit import RECIPES
-from gtscale.fit.plan import EXACT_MOLECULES, EXACT_MOLECULES_MAX, FINETUNE_MIN_EPOCHS, plan
+from gtscale.fit.plan import EXACT_MOLECULES_MAX, FINETUNE_MIN_EPOCHS, plan
 
 
 def test_small_sets_get_the_exact_kernel_members_and_large_ones_the_landmark_model():
@@ -16,14 +16,14 @@ def test_small_sets_get_the_exact_kernel_members_and_large_ones_the_landmark_mod
     assert small.members == ("ecfp", "kernel") and small.baseline == "ecfp"
     large = plan("auto", RECIPES, 37_000, 1, 33_000, 40.0)
     assert large.members[:2] == ("forest", "landmark") and large.baseline == "forest"
-    assert any(note.startswith("skipped: the exact kernel members") and f"over {EXACT_MOLECULES:,}" in note for note in large.notes)
+    assert any(note.startswith("skipped: the exact kernel members") and f"over {EXACT_MOLECULES_MAX:,}" in note for note in large.notes)
 
 
 def test_many_columns_move_a_mid_sized_set_off_the_exact_members_when_they_would_exceed_the_budget():
-    one = plan("auto", RECIPES, 4000, 1, 3200, 40.0)
-    twelve = plan("auto", RECIPES, 4000, 12, 3200, 4.0)
+    one = plan("auto", RECIPES, 7800, 1, 6200, 40.0)
+    twelve = plan("auto", RECIPES, 7800, 12, 6200, 20.0)
     assert one.members == ("ecfp", "kernel") and "landmark" in twelve.members
-    assert any("over the budget of 4" in note for note in twelve.notes)
+    assert any("over the budget of 20" in note for note in twelve.notes)
 
 
 def test_the_fine_tuned_member_runs_when_the_budget_leaves_it_enough_passes_and_is_said_skipped_otherwise():
