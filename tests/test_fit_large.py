@@ -52,3 +52,27 @@ def test_the_landmark_recipe_exports_one_model_of_every_column_that_predict_read
     predicted = pd.read_csv(tmp_path / "p.csv")
     for name in ("tpsa", "rings"):
         np.testing.assert_allclose(predicted[f"{name}_pred"], saved[f"{name}_chosen_pred"], rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_a_planned_large_set_fine_tunes_one_seed_without_a_refit_beside_the_landmark_model(two_columns_csv, tmp_path, monkeypatch):
+    """What --recipe auto runs on a large set when the budget leaves the transformer room (the plan
+    of fit/plan.py, given here for a small file): the landmark model and one fine-tuned seed, its
+    best-validation checkpoint shipped as it is, chosen among on the valid split beside the forest."""
+    import gtscale.fit as fit_module
+    from gtscale.fit import fit
+    from gtscale.fit.plan import Plan
+    from gtscale.members.load import load_members
+
+    planned = Plan(("forest", "landmark", "finetune"), "forest", ("planned for the test",), {}, finetune_steps=6, finetune_seeds=1,
+                   finetune_refit=False)
+    monkeypatch.setattr(fit_module, "plan_members", lambda table, recipe, budget: planned)
+    steps = ["schedule.warmup_steps=1", "eval.every=3", "checkpoint.every=3", "data.loader.batch_size=16"]
+    report = fit([two_columns_csv], tmp_path / "run", target_columns=("tpsa", "rings"), finetune_overrides=tuple(steps), progress=False)
+    sweep = json.loads((tmp_path / "run" / "finetune" / "sweep.json").read_text())["rows"][0]
+    assert [run["seed"] for run in sweep["runs"]] == [0] and not (tmp_path / "run" / "finetune" / "seed-0-refit").exists()
+    for result in report["targets"].values():
+        assert set(result["test"]) == {"forest", "landmark", "finetune", "chosen"} and "valid split" in result["selection"]["rule"]
+        assert result["members"]["finetune"]["refit"].startswith("none") and set(result["selection"]["candidates"]) == {"landmark", "finetune", "mean"}
+    (member,), _ = load_members(tmp_path / "run" / "members" / "finetune")
+    assert member.target_names == ["tpsa", "rings"]
