@@ -40,8 +40,8 @@ def test_the_tutorials_commands_do_what_it_shows(tmp_path, monkeypatch, capsys):
     shutil.copytree(ROOT / "docs" / "tutorial", tmp_path / "docs" / "tutorial")
     monkeypatch.chdir(tmp_path)
     steps = commands()
-    assert [step[0] for step in steps] == ["fit", "predict", "fit", "fit"]
-    for later in steps[2:]:  # the classification and several-columns examples, minutes each: their options at least are fit's
+    assert [step[0] for step in steps] == ["fit", "predict", "fit", "fit", "fit", "fit", "fit"]
+    for later in steps[2:]:  # the classification, several-columns and large-set examples, minutes each: their options at least are fit's
         assert parse(_build_parser(COMMANDS["fit"][0], "gtscale fit", "")[0], later[1:]).out.startswith("runs/")
     assert main(steps[0]) == 0
     printed = table_rows(capsys.readouterr().out)
