@@ -17,10 +17,16 @@ reads, in one command.
    (configs/tasks/FINETUNE_CONFIG; a classification's with loss bce), one run per seed on shards of
    the table (DIR/shards, reused by a rerun), each choosing its step by the best validation score
    and then refitted, like the SVRs, on train ∪ valid for that many steps (`gtscale sweep --refit`):
-   one head of every target column, whose loss counts the labelled cells alone.
+   one head of every target column, whose loss counts the labelled cells alone. `landmark` = the
+   kernel member's kernel on landmark molecules with ridge, one model of every target column
+   (members/landmark.py, fit/scalable.py); `forest` = ECFP4 + random forest, the baseline of large
+   sets, scored and never chosen. Recipe `auto` (the default) picks the members by the set's size
+   and the CPU budget (fit/plan.py): the exact SVR members where their kernel matrices fit,
+   the landmark model and, budget permitting, one fine-tuned seed without a refit beyond.
 3. Per target, the model is chosen among each member alone and the members' mean, never on test:
    by the out-of-fold predictions over train ∪ valid when every member is an SVR (SVC), else on the
-   valid split, read from the fine-tuned seeds before their refit (they had not trained on it); a
+   valid split, read from the fine-tuned seeds before their refit and from the landmark model
+   fitted on train alone (neither had trained on it); a
    regression by RMSE, a classification by ROC-AUC (what chose each SVC's C), ties broken by the
    lower log loss (only a tie-break: it flatters the SVCs, whose sigmoid was fitted on those same
    out-of-fold values, while ROC-AUC does not move under the sigmoid). Per target, not overall: targets differ in how many molecules
@@ -28,7 +34,7 @@ reads, in one command.
    takes its own best at no cost. It is written as DIR/export (fit/exports.py), which `gtscale
    predict DIR/export` reads: the chosen members as an ensemble export, or for several targets the
    members chosen for any, with each target's shares, one output column per target.
-4. Every member, the chosen model and ECFP + SVR (SVC) (the baseline) are scored on the test split
+4. Every member, the chosen model and the baseline (ECFP + SVR (SVC), or the forest) are scored on the test split
    through the prediction path `gtscale predict` takes (fit/report.py): DIR/report.json, DIR/report.md
    (the tables and the choice), DIR/parity.png or, for a classification, DIR/roc.png, and
    DIR/test-predictions.csv.
