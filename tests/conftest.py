@@ -28,6 +28,7 @@ LONGEST_FIRST = (
     "train/test_gpu_check.py", "prep/test_fast_descriptors.py", "graphs/test_graph_sampling_bench.py", "train/test_local_launch.py",
     "train/test_predict.py", "train/test_checkpoint_safety.py", "experiments/test_moleculeace_sweep.py", "train/test_resolve.py",
     "models/test_compiled.py", "slurm/test_train_multinode.py", "train/test_export_finetune.py", "experiments/test_kernel_svr.py",
+    "test_fit_large.py", "test_landmark.py", "bench/test_fit_bench.py", "test_fit_folder.py",
 )
 
 
