@@ -64,12 +64,15 @@ def test_fewer_landmarks_keep_the_kernel_exact_where_one_side_is_a_landmark(mole
     assert model.coef.shape == (40, 1) and kernel.similarity in ("tanimoto", "minmax")
 
 
-def test_columns_with_blank_cells_fit_as_each_column_alone(molecules):
+@pytest.mark.parametrize("blank", [0.3, 0.0], ids=["blank cells", "every cell labelled"])
+def test_columns_with_blank_cells_fit_as_each_column_alone(molecules, blank):
+    """Each column's fit reads its labelled molecules alone; columns labelled on the same
+    molecules (no blank cell) share one Gram matrix and still fit as each alone."""
     _, counts, z, y = molecules
     both = y.copy()
     rng = np.random.default_rng(1)
-    both[rng.random(len(y)) < 0.3, 0] = np.nan
-    both[rng.random(len(y)) < 0.3, 1] = np.nan
+    both[rng.random(len(y)) < blank, 0] = np.nan
+    both[rng.random(len(y)) < blank, 1] = np.nan
     choice = Choice("tanimoto", 1.0, np.array([0.1, 1.0]), np.array([np.nan, np.nan]), None)
     together = fit_landmark(counts, z, both, choice=choice, landmarks=80)
     for t in range(2):

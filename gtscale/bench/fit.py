@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from gtscale.errors import UserError
-from gtscale.fit.plan import ALL_TARGET_MEMBERS
+from gtscale.fit.report import member_cpu_seconds
 from gtscale.io import atomic_write_text
 
 #: Descriptor columns (Descriptors._descList names) that the shipped backbone was not pretrained on.
@@ -88,12 +88,7 @@ def row(n: int, columns: int, result: dict, task: str) -> dict:
     scores = report["mean"] if "mean" in report else next(iter(report["targets"].values()))["test"]
     targets = list(report["targets"].values())
     chosen = sorted({name for target in targets for name in target["selection"]["members"]})
-    cpu = {}  # a member fitted per target counts each target's time; one fitted once for all records the same time in each
-    for name in targets[0]["members"]:
-        each = [target["members"][name].get("cpu_seconds") or 0.0 for target in targets]
-        cpu[name] = round(each[0] if name in ALL_TARGET_MEMBERS else sum(each), 1)
-    if "forest" in report:
-        cpu["forest"] = report["forest"].get("cpu_seconds")
+    cpu = member_cpu_seconds(report)
     return {"molecules": n, "columns": columns, "wall_s": result["wall_s"], "cpu_s": result["cpu_s"], "peak_rss_gib": result["peak_rss_gib"],
             "members": list(cpu), "member_cpu_s": cpu, "chosen": chosen, "baseline": report["baseline"],
             "test": {model: values[metric] for model, values in scores.items()}, "command": result["command"]}

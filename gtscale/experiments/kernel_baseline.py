@@ -77,12 +77,10 @@ def landmark_fit(counts: dict, z: dict, y: dict, data, backbone, out: Path):
     """(test predictions, what was chosen) of the landmark kernel model fitted on train ∪ valid; its export in out/export."""
     import numpy as np
 
-    from gtscale.members.landmark import LANDMARKS, fit_landmark, write_landmark_export
+    from gtscale.members.landmark import fit_landmark, write_landmark_export
     from gtscale.members.svr import pooled
 
     fitted = fit_landmark(pooled(counts), pooled(z), pooled(y)[:, None], data.classification)
     write_landmark_export(out / "export", fitted, backbone, data.export_manifest())
-    chosen = {"similarity": fitted.kernel.similarity, "weight": fitted.kernel.weight, "gamma": fitted.kernel.gamma, "alpha": float(fitted.alpha[0]),
-              "landmarks": min(LANDMARKS, len(fitted.kernel.counts)), "selection": selection(data.classification),
-              ("cv_rocauc" if data.classification else "cv_rmse"): float(fitted.cv_score[0])}
+    chosen = {**fitted.record(), "selection": selection(data.classification), ("cv_rocauc" if data.classification else "cv_rmse"): float(fitted.cv_score[0])}
     return np.asarray(fitted.predict(counts["test"], z["test"])[:, 0]), chosen

@@ -436,8 +436,7 @@ def fit_locked(inputs: list[Path], out: Path, written: WrittenRecord, smiles_col
     for t, name in enumerate(targets):
         if progress and len(targets) > 1:
             print(f"target {name}: {', '.join(f'{len(labelled[t].rows[s])} {s}' for s in SPLITS)}")
-        record = {"dataset": table.name, "task": {"type": TABLE_TASKS[task], "num_targets": 1, "target_names": [name]}}
-        results.append(fit_target(t, labelled[t], task, names, record, saved_backbone, shared))
+        results.append(fit_target(t, labelled[t], task, names, table_record(table, task, [name]), saved_backbone, shared))
     fitted = {member.name: [result.fitted[m] for result in results] for m, member in enumerate(results[0].fitted)}
     for name, per_target in fitted.items():
         written.wrote(write_member(out / "members" / name, per_target, targets))
@@ -499,9 +498,10 @@ def plan_members(table: MoleculeTable, recipe: str, budget: float) -> Plan:
     return plan(recipe, RECIPES, int(labelled.max()), len(table.target_names), len(table.splits["train"]), budget)
 
 
-def table_record(table: MoleculeTable, task: str) -> dict:
-    """What an export of every target column records of the table (its manifest's dataset and task)."""
-    names = list(table.target_names)
+def table_record(table: MoleculeTable, task: str, names: list[str] | None = None) -> dict:
+    """What an export of the target columns `names` (default: every one) records of the table (its
+    manifest's dataset and task)."""
+    names = list(table.target_names if names is None else names)
     return {"dataset": table.name, "task": {"type": TABLE_TASKS[task], "num_targets": len(names), "target_names": names}}
 
 

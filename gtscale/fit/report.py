@@ -219,18 +219,23 @@ def test_table(test: dict[str, dict[str, float]], task: str, baseline: str) -> l
     return [header, *(f"| {labels.get(name, name)} | {row(m, test[baseline])} |" for name, m in test.items())]
 
 
-def members_table(report: dict) -> str:
-    """What ran and what it cost: each member's CPU seconds, over every target (a member fitted once
-    for all targets records the same time in each)."""
+def member_cpu_seconds(report: dict) -> dict[str, float]:
+    """Each member's CPU seconds over every target of a report.json (a member fitted per target
+    counts each target's; one fitted once for all records the same time in each), the forest's too."""
     targets = list(report["targets"].values())
-    labels = model_labels(report["task"])
-    lines = ["| member | CPU s |", "| --- | --- |"]
+    seconds = {}
     for name in targets[0]["members"]:
-        each = [target["members"][name].get("cpu_seconds", 0.0) for target in targets]
-        lines.append(f"| {labels.get(name, name)} | {each[0] if name in ALL_TARGET_MEMBERS else round(sum(each), 1)} |")
+        each = [target["members"][name].get("cpu_seconds") or 0.0 for target in targets]
+        seconds[name] = round(each[0] if name in ALL_TARGET_MEMBERS else sum(each), 1)
     if "forest" in report:
-        lines.append(f"| {labels['forest']} | {report['forest']['cpu_seconds']} |")
-    return "\n".join(lines)
+        seconds["forest"] = report["forest"]["cpu_seconds"]
+    return seconds
+
+
+def members_table(report: dict) -> str:
+    """What ran and what it cost: each member's CPU seconds."""
+    labels = model_labels(report["task"])
+    return "\n".join(["| member | CPU s |", "| --- | --- |", *(f"| {labels.get(name, name)} | {seconds} |" for name, seconds in member_cpu_seconds(report).items())])
 
 
 def earlier_fit_lines(outcome: dict) -> list[str]:

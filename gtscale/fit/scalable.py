@@ -35,8 +35,7 @@ def landmark_member(features, task: str, record: dict, saved_backbone) -> tuple[
     valid = on_train.predict(features.counts["valid"], features.z["valid"])
     pooled = {name: np.concatenate([getattr(features, name)["train"], getattr(features, name)["valid"]]) for name in ("counts", "z", "y")}
     model = fit_landmark(pooled["counts"], pooled["z"], pooled["y"], classifier, choice=on_train.choice())
-    chosen = {"similarity": model.kernel.similarity, "weight": model.kernel.weight, "gamma": model.kernel.gamma, "landmarks": len(model.kernel.counts),
-              "alpha": [float(a) for a in model.alpha], "selection": "cross-validation on the train split; refitted on train + valid",
+    chosen = {**model.record(), "selection": "cross-validation on the train split; refitted on train + valid",
               ("cv_rocauc" if classifier else "cv_rmse"): [float(s) for s in on_train.cv_score]}
     writers = {"landmark": lambda folder: write_landmark_export(folder, model, saved_backbone, record)}
     member = FittedMember("landmark", writers, [1.0], np.empty(0), chosen, all_targets=True)

@@ -89,9 +89,15 @@ class LandmarkModel:
 
     def predict(self, counts: np.ndarray, z: np.ndarray) -> np.ndarray:
         """[n, T]: a regression's values, a classifier's logits (Platt's sigmoid of each target)."""
-        out = np.concatenate([self.kernel(c, v) @ self.coef for c, v in chunks(counts, z)]) + self.intercept if len(counts) \
-            else np.empty((0, self.coef.shape[1]))
+        out = np.empty((len(counts), self.coef.shape[1]))
+        for rows in chunks(len(counts)):
+            out[rows] = self.kernel(counts[rows], z[rows]) @ self.coef + self.intercept
         return out if self.platt is None else -(self.platt[:, 0] * out + self.platt[:, 1])
+
+    def record(self) -> dict:
+        """What was chosen for it, as a report records it."""
+        return {"similarity": self.kernel.similarity, "weight": self.kernel.weight, "gamma": self.kernel.gamma, "landmarks": len(self.kernel.counts),
+                "alpha": [float(a) for a in self.alpha]}
 
     def choice(self) -> "Choice":
         """What was chosen for it: fit_landmark(…, choice=) fits the same on other molecules."""
@@ -109,9 +115,10 @@ class Choice:
     platt: np.ndarray | None  # [T, 2] a classifier's sigmoids, fitted on the out-of-fold decision values
 
 
-def chunks(counts: np.ndarray, z: np.ndarray, size: int = CHUNK) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    for start in range(0, len(counts), size):
-        yield counts[start:start + size], z[start:start + size]
+def chunks(n: int) -> Iterator[slice]:
+    """The rows of n molecules, CHUNK at a time."""
+    for start in range(0, n, CHUNK):
+        yield slice(start, min(start + CHUNK, n))
 
 
 def fit_landmark(counts: np.ndarray, z: np.ndarray, y: np.ndarray, classifier: bool = False, *, landmarks: int = LANDMARKS,
@@ -133,9 +140,8 @@ def fit_landmark(counts: np.ndarray, z: np.ndarray, y: np.ndarray, classifier: b
     kernel = LandmarkKernel(base.counts, base.z, z_mean, z_std, choice.similarity, choice.weight, gamma)
     projection = kernel.feature_map()
     sums = RidgeSums(projection.shape[1], y.shape[1])
-    for start in range(0, len(counts), CHUNK):
-        end = min(start + CHUNK, len(counts))
-        sums.add(kernel(counts[start:end], z[start:end]) @ projection, y[start:end])
+    for rows in chunks(len(counts)):
+        sums.add(kernel(counts[rows], z[rows]) @ projection, y[rows])
     beta, intercept = sums.solve(choice.alpha)
     return LandmarkModel(kernel, projection @ beta, intercept, choice.alpha, choice.platt, choice.score)
 
@@ -208,14 +214,20 @@ class RidgeSums:
         self.gram = np.zeros((targets, k, k))
 
     def add(self, phi: np.ndarray, y: np.ndarray) -> None:
-        for t in range(y.shape[1]):
-            labelled = np.isfinite(y[:, t])
-            p, v = phi[labelled], y[labelled, t]
-            self.n[t] += len(v)
-            self.phi[t] += p.sum(0)
-            self.y[t] += v.sum()
-            self.phi_y[t] += v @ p
-            self.gram[t] += p.T @ p
+        """Add molecules' features [n, k] and targets [n, T]: Σ φ φᵀ, the costly sum (n · k² a
+        target), once for every set of targets labelled on the same molecules."""
+        labelled = np.isfinite(y)
+        masks, group = np.unique(labelled, axis=1, return_inverse=True)
+        for g in range(masks.shape[1]):
+            p = phi[masks[:, g]]
+            gram, total = p.T @ p, p.sum(0)
+            for t in np.flatnonzero(group.reshape(-1) == g):
+                v = y[masks[:, g], t]
+                self.n[t] += len(v)
+                self.phi[t] += total
+                self.y[t] += v.sum()
+                self.phi_y[t] += v @ p
+                self.gram[t] += gram
 
     def merge(self, other: "RidgeSums") -> None:
         for name in ("n", "phi", "y", "phi_y", "gram"):
